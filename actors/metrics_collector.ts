@@ -1,0 +1,156 @@
+/**
+ * @module
+ * The metrics collector actor: folds every completion and drop into streaming
+ * statistics (no per-request arrays), and summarises them at the end of a run.
+ */
+import * as hdr from "hdr-histogram-js";
+import { assertNever, type DropReason, type MetricsCommand } from "./protocol.ts";
+import type { Actor, ActorContext } from "./runtime/kernel.ts";
+
+/** The summary of one run's requests; each field is defined in design.md. */
+export interface RequestMetrics {
+  /** Requests completed. */
+  readonly completed: number;
+  /** Requests dropped, all reasons. */
+  readonly dropped: number;
+  /** Drops per reason. */
+  readonly droppedByReason: Readonly<Record<DropReason, number>>;
+  /** Mean time to first token, ms. */
+  readonly ttftMeanMs: number;
+  /** TTFT percentiles, ms (HDR histogram, 3 significant digits). */
+  readonly ttftP50Ms: number;
+  readonly ttftP90Ms: number;
+  readonly ttftP99Ms: number;
+  /** Mean wait in queue (arrival to start of service), ms. */
+  readonly queueWaitMeanMs: number;
+  /** Mean arrival-to-last-token time, ms. */
+  readonly e2eMeanMs: number;
+  /** Share of completed requests that found any of their prefix cached. */
+  readonly hitRate: number;
+  /** Cached prompt tokens / all prompt tokens, over completed requests. */
+  readonly tokenHitRate: number;
+  /** (max − min) / mean of per-instance completed counts. */
+  readonly imbalance: number;
+  /** Coefficient of variation (population) of per-instance completed counts. */
+  readonly imbalanceCv: number;
+  /** Coefficient of variation of per-instance busy time: a time-weighted imbalance. */
+  readonly busyImbalanceCv: number;
+  /** Completed requests per simulated second, first arrival to last completion. */
+  readonly throughputRps: number;
+  /** Completed requests per instance. */
+  readonly perInstanceCompleted: readonly number[];
+  /** Busy time per instance, ms. */
+  readonly perInstanceBusyMs: readonly number[];
+}
+
+/** Collects completions and drops from all instances. */
+export class MetricsCollector implements Actor<MetricsCommand> {
+  readonly #ttftMicros = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 1e13,
+    numberOfSignificantValueDigits: 3,
+    bitBucketSize: 64,
+    useWebAssembly: false,
+  });
+  readonly #perInstanceCompleted: number[];
+  readonly #perInstanceBusyMs: number[];
+  readonly #droppedByReason: Record<DropReason, number> = { queue_full: 0 };
+  #completed = 0;
+  #dropped = 0;
+  #ttftSumMs = 0;
+  #waitSumMs = 0;
+  #e2eSumMs = 0;
+  #hits = 0;
+  #promptTokens = 0;
+  #cachedTokens = 0;
+  #firstArrivalMs = Infinity;
+  #lastEndMs = 0;
+
+  constructor(instanceCount: number) {
+    this.#perInstanceCompleted = new Array(instanceCount).fill(0);
+    this.#perInstanceBusyMs = new Array(instanceCount).fill(0);
+  }
+
+  /** Requests completed so far. */
+  get completed(): number {
+    return this.#completed;
+  }
+
+  /** Requests dropped so far. */
+  get dropped(): number {
+    return this.#dropped;
+  }
+
+  handle(message: MetricsCommand, _ctx: ActorContext<MetricsCommand>): void {
+    switch (message.type) {
+      case "completed": {
+        const r = message.record;
+        const ttftMs = r.firstTokenMs - r.arrivalMs;
+        this.#completed++;
+        this.#ttftSumMs += ttftMs;
+        this.#ttftMicros.recordValue(Math.max(1, Math.round(ttftMs * 1000)));
+        this.#waitSumMs += r.startMs - r.arrivalMs;
+        this.#e2eSumMs += r.endMs - r.arrivalMs;
+        if (r.cachedTokens > 0) this.#hits++;
+        this.#promptTokens += r.promptTokens;
+        this.#cachedTokens += r.cachedTokens;
+        this.#perInstanceCompleted[r.instance]++;
+        this.#perInstanceBusyMs[r.instance] += r.endMs - r.startMs;
+        if (r.arrivalMs < this.#firstArrivalMs) this.#firstArrivalMs = r.arrivalMs;
+        if (r.endMs > this.#lastEndMs) this.#lastEndMs = r.endMs;
+        break;
+      }
+      case "dropped":
+        this.#dropped++;
+        this.#droppedByReason[message.reason]++;
+        break;
+      default:
+        assertNever(message);
+    }
+  }
+
+  /** The statistics so far. Rates are 0, not NaN, when nothing completed. */
+  summary(): RequestMetrics {
+    const n = this.#completed;
+    const h = this.#ttftMicros;
+    const percentileMs = (p: number) => n === 0 ? 0 : h.getValueAtPercentile(p) / 1000;
+    const spanMs = this.#lastEndMs - this.#firstArrivalMs;
+    return {
+      completed: n,
+      dropped: this.#dropped,
+      droppedByReason: { ...this.#droppedByReason },
+      ttftMeanMs: ratio(this.#ttftSumMs, n),
+      ttftP50Ms: percentileMs(50),
+      ttftP90Ms: percentileMs(90),
+      ttftP99Ms: percentileMs(99),
+      queueWaitMeanMs: ratio(this.#waitSumMs, n),
+      e2eMeanMs: ratio(this.#e2eSumMs, n),
+      hitRate: ratio(this.#hits, n),
+      tokenHitRate: ratio(this.#cachedTokens, this.#promptTokens),
+      imbalance: rangeOverMean(this.#perInstanceCompleted),
+      imbalanceCv: coefficientOfVariation(this.#perInstanceCompleted),
+      busyImbalanceCv: coefficientOfVariation(this.#perInstanceBusyMs),
+      throughputRps: spanMs > 0 ? n / (spanMs / 1000) : 0,
+      perInstanceCompleted: [...this.#perInstanceCompleted],
+      perInstanceBusyMs: [...this.#perInstanceBusyMs],
+    };
+  }
+}
+
+function ratio(numerator: number, denominator: number): number {
+  return denominator === 0 ? 0 : numerator / denominator;
+}
+
+/** `(max − min) / mean`, the original study's imbalance; 0 for an empty or all-zero list. */
+export function rangeOverMean(values: readonly number[]): number {
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  return mean === 0 ? 0 : (Math.max(...values) - Math.min(...values)) / mean;
+}
+
+/** Population standard deviation over mean; 0 for an empty or all-zero list. */
+export function coefficientOfVariation(values: readonly number[]): number {
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  if (mean === 0) return 0;
+  const variance = values.reduce((a, v) => a + (v - mean) ** 2, 0) / values.length;
+  return Math.sqrt(variance) / mean;
+}

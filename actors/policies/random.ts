@@ -1,0 +1,12 @@
+/**
+ * @module
+ * Random: a uniformly random instance. It splits a Poisson stream into
+ * independent Poisson streams, which makes it the policy for validating the
+ * kernel against queueing theory.
+ */
+import type { RoutingPolicy } from "./policy.ts";
+
+/** Picks an instance uniformly at random from the router's stream. */
+export function randomChoice(): RoutingPolicy {
+  return { name: "random", choose: (_request, view, random) => Math.floor(random() * view.instanceCount) };
+}

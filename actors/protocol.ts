@@ -1,0 +1,117 @@
+/**
+ * @module
+ * Every message the actors exchange, in one place: what each actor accepts
+ * (its commands) and what it sends back (its replies). All are plain readonly
+ * data that survive `structuredClone`, so they cross `postMessage` unchanged.
+ */
+import type { ActorRef } from "./runtime/kernel.ts";
+
+/** One inference request as the workload source creates it. */
+export interface Request {
+  /** Arrival order, from 0. */
+  readonly id: number;
+  /** Simulated arrival time at the router, in ms. */
+  readonly arrivalMs: number;
+  /** Shared prefix group, or -1 when the prompt's prefix is unique. */
+  readonly prefixGroup: number;
+  /** Tokens in the prefix (shared or unique). */
+  readonly prefixTokens: number;
+  /** Tokens after the prefix; never cached. */
+  readonly suffixTokens: number;
+  /** Tokens to generate. */
+  readonly outputTokens: number;
+}
+
+// ---- Workload source -------------------------------------------------------
+
+/** Commands the workload source accepts. */
+export type SourceCommand =
+  /** Begin emitting arrivals. */
+  | { readonly type: "start" }
+  /** Internal timer: emit the next batch of arrivals. */
+  | { readonly type: "emit" };
+
+// ---- Router ----------------------------------------------------------------
+
+/** A new request for the router to place. */
+export interface RouteCommand {
+  readonly type: "route";
+  readonly request: Request;
+}
+
+/**
+ * An instance's report of its state, sent whenever it changes (a request
+ * accepted, started or finished). The router knows instances only by these.
+ */
+export interface InstanceStatus {
+  readonly type: "status";
+  /** Index of the reporting instance. */
+  readonly instance: number;
+  /** Requests queued, not counting those in service. */
+  readonly waiting: number;
+  /** Requests in service. */
+  readonly running: number;
+  /** Prefix group the instance now holds (or has committed to compute), if any. */
+  readonly cacheAdded?: number;
+  /** Prefix group the instance's cache just evicted, if any. */
+  readonly cacheEvicted?: number;
+}
+
+/** Commands the router accepts. */
+export type RouterCommand = RouteCommand | InstanceStatus;
+
+// ---- Serving instance ------------------------------------------------------
+
+/** Serve a request; status reports go to `replyTo`. */
+export interface ServeCommand {
+  readonly type: "serve";
+  readonly request: Request;
+  readonly replyTo: ActorRef<InstanceStatus>;
+}
+
+/** Commands a serving instance accepts. */
+export type InstanceCommand =
+  | ServeCommand
+  /** Internal timer: the request in service finished its prefill. */
+  | { readonly type: "prefill_done" }
+  /** Internal timer: the request in service finished decoding. */
+  | { readonly type: "decode_done" };
+
+// ---- Metrics collector -----------------------------------------------------
+
+/** What an instance reports about a request it finished. */
+export interface CompletionRecord {
+  readonly requestId: number;
+  readonly instance: number;
+  readonly arrivalMs: number;
+  /** When service began (the end of its queue wait). */
+  readonly startMs: number;
+  readonly firstTokenMs: number;
+  readonly endMs: number;
+  readonly promptTokens: number;
+  /** Prompt tokens found in the instance's cache. */
+  readonly cachedTokens: number;
+  readonly outputTokens: number;
+}
+
+/** Why a request was dropped. `queue_full`: the instance's `maxQueue` was reached. */
+export type DropReason = "queue_full";
+
+/** Commands the metrics collector accepts. */
+export type MetricsCommand =
+  | { readonly type: "completed"; readonly record: CompletionRecord }
+  | {
+    readonly type: "dropped";
+    readonly requestId: number;
+    readonly instance: number;
+    readonly timeMs: number;
+    readonly reason: DropReason;
+  };
+
+/** Any message of the protocol. */
+export type AnyMessage = SourceCommand | RouterCommand | InstanceCommand | MetricsCommand;
+
+/** Fails loudly on a message no `case` handled. */
+export function assertNever(message: never): never {
+  throw new TypeError(`unknown message: ${JSON.stringify(message)}`);
+}

@@ -1,0 +1,254 @@
+/**
+ * @module
+ * The kernel: it owns virtual time and delivers timestamped messages to actors
+ * in one total order, `(timeMs, seq)`. Actors see the world only through the
+ * {@linkcode ActorContext} it hands them.
+ */
+import type { Clock } from "./clock.ts";
+import { EventQueue } from "./event_queue.ts";
+import { createRandomStream, type RandomStream } from "./random_stream.ts";
+import { SimulationError } from "./simulation_error.ts";
+
+/** Every message names its kind in `type`. */
+export interface Message {
+  readonly type: string;
+}
+
+/**
+ * The address of an actor that accepts messages of type `M`. At run time it is
+ * a small integer; the type parameter only lets the compiler check `send`
+ * (contravariantly: a router that accepts more than `InstanceStatus` may still
+ * be handed out as an `ActorRef<InstanceStatus>`).
+ */
+export type ActorRef<M extends Message> = number & {
+  readonly __accepts?: (message: M) => void;
+};
+
+/** A handle on a pending timer, for {@linkcode ActorContext.cancel}. */
+export type TimerId = number & { readonly __timer?: true };
+
+/** An actor: a handler over its own state. */
+export interface Actor<M extends Message> {
+  /** Processes one message. Everything it does to the world goes through `ctx`. */
+  handle(message: M, ctx: ActorContext<M>): void;
+}
+
+/** The only door from an actor to the world. */
+export interface ActorContext<M extends Message> {
+  /** This actor's own address. */
+  readonly self: ActorRef<M>;
+  /** This actor's unique name, such as `instance/3`. */
+  readonly name: string;
+  /** Current simulated time in milliseconds. */
+  now(): number;
+  /**
+   * Sends `message` to `to`, delivered `delayMs` from now (default 0).
+   * @throws {RangeError} when `delayMs` is negative or not finite.
+   */
+  send<T extends Message>(to: ActorRef<T>, message: T, delayMs?: number): void;
+  /** Sends `message` to this actor after `delayMs`; returns a cancellable id. */
+  schedule(delayMs: number, message: M): TimerId;
+  /** Cancels a timer; a cancelled timer never fires. Cancelling twice is harmless. */
+  cancel(timer: TimerId): void;
+  /** A uniform draw in [0, 1) from this actor's own seeded stream. */
+  random(): number;
+}
+
+/** Options for {@linkcode Kernel}. */
+export interface KernelOptions {
+  /** Seed from which every actor's random stream is derived. @default 0 */
+  readonly seed?: number;
+}
+
+/** Options for {@linkcode Kernel.run}. */
+export interface RunOptions {
+  /** Stop before delivering any message stamped later than this. @default Infinity */
+  readonly untilMs?: number;
+}
+
+class KernelContext<M extends Message> implements ActorContext<M> {
+  readonly random: RandomStream;
+  constructor(
+    readonly kernel: Kernel,
+    readonly self: ActorRef<M>,
+    readonly name: string,
+    seed: number,
+  ) {
+    this.random = createRandomStream(seed, name);
+  }
+  now(): number {
+    return this.kernel.nowMs;
+  }
+  send<T extends Message>(to: ActorRef<T>, message: T, delayMs = 0): void {
+    this.kernel.enqueue(to, message, delayMs, this.self);
+  }
+  schedule(delayMs: number, message: M): TimerId {
+    return this.kernel.enqueue(this.self, message, delayMs, this.self) as TimerId;
+  }
+  cancel(timer: TimerId): void {
+    this.kernel.cancelTimer(timer);
+  }
+}
+
+/**
+ * A discrete-event kernel: spawn actors, inject messages, run.
+ *
+ * Ordering contract: messages are delivered by increasing `timeMs`; messages
+ * with equal `timeMs` are delivered in the order they were sent (a per-kernel
+ * counter `seq` breaks the tie), so the order is total and reproducible.
+ *
+ * @example
+ * ```ts
+ * const kernel = new Kernel({ seed: 1 });
+ * const ref = kernel.spawn("echo", { handle: (m: { type: "ping" }) => {} });
+ * kernel.send(ref, { type: "ping" }, 5);
+ * kernel.run();
+ * kernel.nowMs; // 5
+ * ```
+ */
+export class Kernel {
+  readonly #seed: number;
+  readonly #queue = new EventQueue<Message>();
+  readonly #actors: Actor<Message>[] = [];
+  readonly #contexts: KernelContext<Message>[] = [];
+  readonly #names = new Set<string>();
+  readonly #cancelled = new Set<number>();
+  #seq = 0;
+  #now = 0;
+  #delivered = 0;
+
+  constructor(options: KernelOptions = {}) {
+    this.#seed = options.seed ?? 0;
+  }
+
+  /** Current simulated time in milliseconds. */
+  get nowMs(): number {
+    return this.#now;
+  }
+
+  /** Messages delivered so far (cancelled timers excluded). */
+  get messagesDelivered(): number {
+    return this.#delivered;
+  }
+
+  /** Messages and timers waiting to be delivered. */
+  get pendingCount(): number {
+    return this.#queue.size;
+  }
+
+  /**
+   * Registers an actor under a unique name and returns its address.
+   * @throws {TypeError} when the name is already taken.
+   */
+  spawn<M extends Message>(name: string, actor: Actor<M>): ActorRef<M> {
+    if (this.#names.has(name)) {
+      throw new TypeError(`Kernel.spawn: an actor named "${name}" already exists`);
+    }
+    this.#names.add(name);
+    const ref = this.#actors.length as ActorRef<M>;
+    this.#actors.push(actor as unknown as Actor<Message>);
+    this.#contexts.push(new KernelContext(this, ref, name, this.#seed) as KernelContext<Message>);
+    return ref;
+  }
+
+  /** The name an address was spawned under. */
+  nameOf(ref: ActorRef<Message>): string {
+    return this.#contexts[ref]?.name ?? `#${ref}`;
+  }
+
+  /** The actor behind an address, for reading its state after a run. */
+  actorOf<A extends Actor<Message>>(ref: ActorRef<Message>): A {
+    return this.#actors[ref] as A;
+  }
+
+  /** Sends a message from outside any actor, `delayMs` from now. */
+  send<M extends Message>(to: ActorRef<M>, message: M, delayMs = 0): void {
+    this.enqueue(to, message, delayMs, -1);
+  }
+
+  /** @internal Used by contexts; returns the message's `seq`. */
+  enqueue(to: number, message: Message, delayMs: number, from: number): number {
+    if (!(delayMs >= 0) || delayMs === Infinity) {
+      throw new RangeError(
+        `send: delayMs must be a finite number >= 0 (time never moves backwards), got ${delayMs}` +
+          ` (from ${from < 0 ? "outside" : this.nameOf(from)}, message "${message.type}")`,
+      );
+    }
+    if (!(to >= 0 && to < this.#actors.length)) {
+      throw new SimulationError("unknown_actor", `no actor has address ${to}`, {
+        actor: from < 0 ? undefined : this.nameOf(from),
+        messageType: message.type,
+        timeMs: this.#now,
+      });
+    }
+    const seq = this.#seq++;
+    this.#queue.push(this.#now + delayMs, seq, to, message);
+    return seq;
+  }
+
+  /** @internal */
+  cancelTimer(timer: TimerId): void {
+    if (timer >= 0 && timer < this.#seq) this.#cancelled.add(timer);
+  }
+
+  /** Visits every message still waiting, in no particular order. */
+  forEachPending(visit: (message: Message, to: ActorRef<Message>, timeMs: number) => void): void {
+    const cancelled = this.#cancelled;
+    this.#queue.forEach((message, to, timeMs, seq) => {
+      if (!cancelled.has(seq)) visit(message, to, timeMs);
+    });
+  }
+
+  /** Delivery time of the next message, or `Infinity` when none is waiting. */
+  nextTimeMs(): number {
+    return this.#queue.peekTimeMs();
+  }
+
+  /**
+   * Delivers messages in order until none is left or the next is later than
+   * `untilMs`. Runs synchronously: this is the virtual clock.
+   */
+  run(options: RunOptions = {}): void {
+    const untilMs = options.untilMs ?? Infinity;
+    const queue = this.#queue;
+    while (queue.size > 0 && queue.peekTimeMs() <= untilMs) this.step();
+  }
+
+  /**
+   * Like {@linkcode Kernel.run}, but lets `clock` decide when each message may
+   * be delivered; a wall clock sleeps until the deadline.
+   */
+  async runWithClock(clock: Clock, options: RunOptions = {}): Promise<void> {
+    const untilMs = options.untilMs ?? Infinity;
+    const queue = this.#queue;
+    while (queue.size > 0 && queue.peekTimeMs() <= untilMs) {
+      const wait = clock.waitUntil(queue.peekTimeMs());
+      if (wait !== undefined) await wait;
+      this.step();
+    }
+  }
+
+  /** Delivers the next message, if any. Returns false when the queue is empty. */
+  step(): boolean {
+    const queue = this.#queue;
+    if (queue.size === 0) return false;
+    const message = queue.pop();
+    const seq = queue.poppedSeq;
+    const cancelled = this.#cancelled;
+    if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
+    const to = queue.poppedTo;
+    this.#now = queue.poppedTimeMs;
+    this.#delivered++;
+    try {
+      this.#actors[to].handle(message, this.#contexts[to]);
+    } catch (error) {
+      if (error instanceof SimulationError) throw error;
+      throw new SimulationError(
+        "actor_threw",
+        error instanceof Error ? error.message : String(error),
+        { actor: this.#contexts[to].name, messageType: message.type, timeMs: this.#now, cause: error },
+      );
+    }
+    return true;
+  }
+}

@@ -1,0 +1,202 @@
+/**
+ * @module
+ * A serving instance with the original study's FIFO model: one request at a
+ * time; time to first token = queue wait + overhead + prefill of the uncached
+ * prompt tokens; an optional decode phase keeps the instance busy afterwards.
+ */
+import { Queue } from "mnemonist";
+import { sampleExponential } from "./distributions.ts";
+import { NO_EVICTION, PrefixCache } from "./prefix_cache.ts";
+import {
+  assertNever,
+  type InstanceCommand,
+  type InstanceStatus,
+  type MetricsCommand,
+  type ServeCommand,
+} from "./protocol.ts";
+import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+
+/** Options for {@linkcode ServingInstance} (the FIFO model). */
+export interface FifoInstanceOptions {
+  /** Fixed cost of every prefill, in ms. */
+  readonly overheadMs: number;
+  /** Prefill cost per uncached prompt token, in ms. */
+  readonly prefillMsPerToken: number;
+  /** Decode cost per output token, in ms; 0 ends service at the first token. */
+  readonly decodeMsPerToken: number;
+  /**
+   * `deterministic`: prefill time is exactly the formula. `exponential`: it is
+   * drawn from an exponential distribution with the formula as its mean (for
+   * M/M/1 validation).
+   */
+  readonly serviceTime: "deterministic" | "exponential";
+  /** Prefix groups the LRU cache holds; 0 disables caching. */
+  readonly cacheCapacity: number;
+  /** Requests that may wait (not counting the one in service); more are dropped. */
+  readonly maxQueue: number;
+}
+
+const PREFILL_DONE: InstanceCommand = Object.freeze({ type: "prefill_done" });
+const DECODE_DONE: InstanceCommand = Object.freeze({ type: "decode_done" });
+
+/**
+ * Serves requests one at a time in arrival order. It reports its state to the
+ * router (`status`) whenever it accepts, and whenever it finishes a request,
+ * and each finished request to the metrics collector.
+ */
+export class ServingInstance implements Actor<InstanceCommand> {
+  /** This instance's index among the instances. */
+  readonly index: number;
+  readonly #options: FifoInstanceOptions;
+  readonly #metrics: ActorRef<MetricsCommand>;
+  readonly #queue = new Queue<ServeCommand>();
+  readonly cache: PrefixCache;
+  #current: ServeCommand | undefined;
+  #startMs = 0;
+  #firstTokenMs = 0;
+  #cachedTokens = 0;
+  #busyMs = 0;
+
+  constructor(index: number, options: FifoInstanceOptions, metrics: ActorRef<MetricsCommand>) {
+    this.index = index;
+    this.#options = options;
+    this.#metrics = metrics;
+    this.cache = new PrefixCache(options.cacheCapacity);
+  }
+
+  /** Requests waiting, not counting the one in service. */
+  get waiting(): number {
+    return this.#queue.size;
+  }
+
+  /** Requests in service (0 or 1). */
+  get running(): number {
+    return this.#current === undefined ? 0 : 1;
+  }
+
+  /** Total time spent serving, in ms. */
+  get busyMs(): number {
+    return this.#busyMs;
+  }
+
+  handle(message: InstanceCommand, ctx: ActorContext<InstanceCommand>): void {
+    switch (message.type) {
+      case "serve":
+        this.#accept(message, ctx);
+        break;
+      case "prefill_done":
+        this.#prefillDone(ctx);
+        break;
+      case "decode_done":
+        this.#finish(ctx);
+        break;
+      default:
+        assertNever(message);
+    }
+  }
+
+  #accept(command: ServeCommand, ctx: ActorContext<InstanceCommand>): void {
+    if (this.#current !== undefined && this.#queue.size >= this.#options.maxQueue) {
+      ctx.send(this.#metrics, {
+        type: "dropped",
+        requestId: command.request.id,
+        instance: this.index,
+        timeMs: ctx.now(),
+        reason: "queue_full",
+      });
+      return;
+    }
+    const group = command.request.prefixGroup;
+    let added = -1, evicted = NO_EVICTION;
+    if (group >= 0 && this.cache.capacity > 0) {
+      if (!this.cache.has(group)) added = group;
+      evicted = this.cache.insert(group);
+    }
+    if (this.#current === undefined) {
+      const restart = this.#start(command, ctx);
+      if (restart.added >= 0) added = restart.added;
+      if (restart.evicted !== NO_EVICTION) evicted = restart.evicted;
+    } else {
+      this.#queue.enqueue(command);
+    }
+    ctx.send(command.replyTo, this.#status(added, evicted));
+  }
+
+  /** Starts serving; re-inserts the group if it was evicted while waiting. */
+  #start(command: ServeCommand, ctx: ActorContext<InstanceCommand>): { added: number; evicted: number } {
+    const { request } = command;
+    const group = request.prefixGroup;
+    let added = -1, evicted = NO_EVICTION;
+    let cachedTokens = 0;
+    if (group >= 0 && this.cache.capacity > 0) {
+      if (this.cache.hitComputed(group)) {
+        cachedTokens = request.prefixTokens;
+      } else if (!this.cache.has(group)) {
+        added = group;
+        evicted = this.cache.insert(group);
+      }
+    }
+    const options = this.#options;
+    const uncached = request.prefixTokens + request.suffixTokens - cachedTokens;
+    const meanPrefillMs = options.overheadMs + options.prefillMsPerToken * uncached;
+    const prefillMs = options.serviceTime === "exponential"
+      ? sampleExponential(meanPrefillMs, ctx.random)
+      : meanPrefillMs;
+    this.#current = command;
+    this.#startMs = ctx.now();
+    this.#cachedTokens = cachedTokens;
+    ctx.schedule(prefillMs, PREFILL_DONE);
+    return added < 0 && evicted === NO_EVICTION ? NOTHING_CHANGED : { added, evicted };
+  }
+
+  #prefillDone(ctx: ActorContext<InstanceCommand>): void {
+    const current = this.#current!;
+    this.#firstTokenMs = ctx.now();
+    if (current.request.prefixGroup >= 0) this.cache.markComputed(current.request.prefixGroup);
+    const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens;
+    if (decodeMs > 0) ctx.schedule(decodeMs, DECODE_DONE);
+    else this.#finish(ctx);
+  }
+
+  #finish(ctx: ActorContext<InstanceCommand>): void {
+    const { request, replyTo } = this.#current!;
+    const now = ctx.now();
+    this.#busyMs += now - this.#startMs;
+    ctx.send(this.#metrics, {
+      type: "completed",
+      record: {
+        requestId: request.id,
+        instance: this.index,
+        arrivalMs: request.arrivalMs,
+        startMs: this.#startMs,
+        firstTokenMs: this.#firstTokenMs,
+        endMs: now,
+        promptTokens: request.prefixTokens + request.suffixTokens,
+        cachedTokens: this.#cachedTokens,
+        outputTokens: request.outputTokens,
+      },
+    });
+    this.#current = undefined;
+    let added = -1, evicted = NO_EVICTION;
+    const next = this.#queue.dequeue();
+    if (next !== undefined) ({ added, evicted } = this.#start(next, ctx));
+    ctx.send(replyTo, this.#status(added, evicted));
+  }
+
+  #status(added: number, evicted: number): InstanceStatus {
+    const status: InstanceStatus = {
+      type: "status",
+      instance: this.index,
+      waiting: this.#queue.size,
+      running: this.#current === undefined ? 0 : 1,
+    };
+    if (added < 0 && evicted === NO_EVICTION) return status;
+    return {
+      ...status,
+      ...(added >= 0 ? { cacheAdded: added } : {}),
+      ...(evicted !== NO_EVICTION ? { cacheEvicted: evicted } : {}),
+    };
+  }
+}
+
+const NOTHING_CHANGED = Object.freeze({ added: -1, evicted: NO_EVICTION });

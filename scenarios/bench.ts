@@ -1,0 +1,69 @@
+/**
+ * @module
+ * `deno task bench`: the speed figures of issue 2, on one thread — kernel
+ * messages delivered per second, and requests simulated per second on the
+ * default scenario for each policy. Best of several repetitions after warm-up.
+ */
+import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
+import { POLICY_NAMES } from "../actors/policies/mod.ts";
+import { simulate } from "../actors/simulation.ts";
+import { parseScenario } from "./scenario.ts";
+
+type Ball = { readonly type: "ball"; readonly hops: number };
+
+/** Kernel throughput: `actors` actors pass balls to random peers with random delays. */
+function kernelMessagesPerSec(actors: number, balls: number, hopsPerBall: number): number {
+  const kernel = new Kernel({ seed: 1 });
+  const refs: ActorRef<Ball>[] = [];
+  const player: Actor<Ball> = {
+    handle(ball, ctx: ActorContext<Ball>) {
+      if (ball.hops > 0) {
+        ctx.send(
+          refs[Math.floor(ctx.random() * refs.length)],
+          { type: "ball", hops: ball.hops - 1 },
+          ctx.random() * 10,
+        );
+      }
+    },
+  };
+  for (let i = 0; i < actors; i++) refs.push(kernel.spawn(`player/${i}`, player));
+  for (let b = 0; b < balls; b++) {
+    kernel.send(refs[b % actors], { type: "ball", hops: hopsPerBall }, b * 0.001);
+  }
+  const start = performance.now();
+  kernel.run();
+  const seconds = (performance.now() - start) / 1000;
+  return kernel.messagesDelivered / seconds;
+}
+
+function best(repetitions: number, measure: () => number): number {
+  measure(); // warm-up
+  let top = 0;
+  for (let i = 0; i < repetitions; i++) top = Math.max(top, measure());
+  return top;
+}
+
+if (import.meta.main) {
+  const fmt = (v: number) => `${(v / 1e6).toFixed(2)} M/s`;
+  console.log("kernel (64 actors, 1,000 balls in flight, 4 M messages):");
+  console.log(`  messages delivered   ${fmt(best(3, () => kernelMessagesPerSec(64, 1000, 4000)))}`);
+  const requests = 500_000;
+  console.log(`\ndefault scenario, ${requests.toLocaleString("en-US")} requests per run:`);
+  console.log("  policy          requests/s    messages/s   msgs/request");
+  for (const name of POLICY_NAMES) {
+    const config = parseScenario({ policy: { name }, workload: { requests } });
+    let messages = 0;
+    const perSec = best(3, () => {
+      const start = performance.now();
+      const r = simulate(config);
+      messages = r.messages;
+      return r.requests / ((performance.now() - start) / 1000);
+    });
+    const msgPerReq = messages / requests;
+    console.log(
+      `  ${name.padEnd(14)}  ${(perSec / 1e3).toFixed(0).padStart(6)} k/s   ${
+        fmt(perSec * msgPerReq).padStart(10)
+      }   ${msgPerReq.toFixed(2)}`,
+    );
+  }
+}

@@ -1,0 +1,182 @@
+/**
+ * @module
+ * What every command-line tool shares: the scenario flags (a contract later
+ * tools rely on), turning flags plus an optional scenario file into a
+ * validated config, and the exit-code discipline (0 ok, 1 run failure, 2 bad
+ * usage, no stack trace for a user's mistake).
+ */
+import { parseArgs, type ParseArgsConfig } from "node:util";
+import type { SimulationConfig } from "../actors/simulation.ts";
+import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { deepMerge, parseScenario, readScenarioFile, scenarioPath } from "./scenario.ts";
+import { UsageError } from "./usage_error.ts";
+
+/** A numeric scenario flag: where it lands in the scenario and whether it must be whole. */
+interface NumericFlag {
+  readonly path: readonly string[];
+  readonly integer: boolean;
+}
+
+/** The numeric flags that override scenario fields. */
+export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
+  threshold: { path: ["policy", "threshold"], integer: false },
+  instances: { path: ["instances", "count"], integer: true },
+  rate: { path: ["workload", "ratePerSec"], integer: false },
+  requests: { path: ["workload", "requests"], integer: true },
+  zipf: { path: ["workload", "prefix", "zipf"], integer: false },
+  "prefix-frac": { path: ["workload", "prefix", "sharedFrac"], integer: false },
+  "prefix-groups": { path: ["workload", "prefix", "groups"], integer: true },
+  "prefix-tokens": { path: ["workload", "prefix", "tokens"], integer: true },
+  "suffix-tokens": { path: ["workload", "suffixTokens"], integer: true },
+  "cache-capacity": { path: ["instances", "cacheCapacity"], integer: true },
+  seed: { path: ["seed"], integer: true },
+};
+
+/** Flags every scenario-running tool accepts, in `node:util` `parseArgs` form. */
+export const SCENARIO_OPTIONS = {
+  policy: { type: "string" },
+  scenario: { type: "string" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+  ...Object.fromEntries(Object.keys(NUMERIC_FLAGS).map((name) => [name, { type: "string" }])),
+} as const satisfies ParseArgsConfig["options"];
+
+/** Help text for the scenario flags. */
+export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; defaults in README):
+  --scenario FILE        JSON scenario file (see scenarios/example.json)
+  --policy NAME          round_robin | least_load | prefix_aware | hybrid | random
+  --threshold N          hybrid's queue-depth gate (waiting requests), >= 0
+  --instances N          number of serving instances, integer >= 1
+  --rate R               arrival rate, requests per second, > 0
+  --requests N           requests to simulate, integer >= 1
+  --zipf S               Zipf exponent of prefix-group popularity, >= 0
+  --prefix-frac F        share of requests with a shared prefix, in [0, 1]
+  --prefix-groups N      number of shared prefix groups, integer >= 1
+  --prefix-tokens N      prefix length in tokens, integer >= 0
+  --suffix-tokens N      mean suffix length in tokens (keeps its distribution), integer >= 0
+  --cache-capacity N     prefix groups each instance's LRU cache holds, integer >= 0
+  --seed N               seed of every random stream, integer >= 0
+  --json                 print JSON instead of a table
+  -h, --help             show this help`;
+
+/**
+ * Parses argv strictly: an unknown flag, a missing value or a stray argument
+ * is a {@linkcode UsageError}.
+ */
+export function parseFlags<O extends ParseArgsConfig["options"]>(args: readonly string[], options: O) {
+  try {
+    return parseArgs({
+      args: joinNegativeValues(args, options),
+      options,
+      strict: true,
+      allowPositionals: false,
+    });
+  } catch (error) {
+    const message = (error as Error).message;
+    const unknown = /Unknown option '([^']+)'/.exec(message);
+    if (unknown) throw new UsageError(`unknown flag ${unknown[1]} (see --help)`);
+    const positional = /Unexpected argument '([^']+)'/.exec(message);
+    if (positional) {
+      throw new UsageError(`unexpected argument "${positional[1]}" (flags start with --; see --help)`);
+    }
+    throw new UsageError(message.split("\n")[0]);
+  }
+}
+
+/**
+ * Turns `--rate -3` into `--rate=-3`, so a negative number reaches validation
+ * (and its clear message) instead of `parseArgs`'s "ambiguous" complaint.
+ */
+function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["options"]): string[] {
+  const joined: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const name = args[i].startsWith("--") ? args[i].slice(2) : undefined;
+    const next = args[i + 1];
+    if (name && options?.[name]?.type === "string" && next !== undefined && /^-\d|^-\.\d/.test(next)) {
+      joined.push(`${args[i]}=${next}`);
+      i++;
+    } else {
+      joined.push(args[i]);
+    }
+  }
+  return joined;
+}
+
+/**
+ * Builds the validated config from the scenario file (if any) and the flags,
+ * which win over the file. Errors from a flag's value name the flag.
+ */
+export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
+  const base = typeof values.scenario === "string" ? await readScenarioFile(values.scenario) : {};
+  const overrides: Record<string, unknown> = {};
+  const flagOfPath = new Map<string, string>();
+  if (typeof values.policy === "string") {
+    setAt(overrides, ["policy", "name"], values.policy);
+    flagOfPath.set("policy.name", "--policy");
+  }
+  for (const [name, flag] of Object.entries(NUMERIC_FLAGS)) {
+    const raw = values[name];
+    if (typeof raw !== "string") continue;
+    const value = parseNumber(`--${name}`, raw, flag.integer);
+    flagOfPath.set(flag.path.join("."), `--${name}`);
+    if (name === "suffix-tokens") setAt(overrides, flag.path, withMean(`--${name}`, base, value));
+    else setAt(overrides, flag.path, value);
+  }
+  const merged = deepMerge(base, overrides);
+  return parseScenario(merged, (path) => {
+    for (let n = path.length; n > 0; n--) {
+      const flag = flagOfPath.get(path.slice(0, n).join("."));
+      if (flag) return flag;
+    }
+    return scenarioPath(path);
+  });
+}
+
+function parseNumber(flag: string, raw: string, integer: boolean): number {
+  const value = raw.trim() === "" ? NaN : Number(raw);
+  if (!Number.isFinite(value)) throw new UsageError(`${flag}: expected a number, got "${raw}"`);
+  if (integer && !Number.isInteger(value)) throw new UsageError(`${flag}: expected an integer, got ${raw}`);
+  return value;
+}
+
+/** The suffix distribution of `base` with its mean set to `mean`. */
+function withMean(flag: string, base: unknown, mean: number): unknown {
+  const current = (base as { workload?: { suffixTokens?: { dist?: string } } })?.workload?.suffixTokens;
+  switch (current?.dist ?? "exponential") {
+    case "constant":
+      return { dist: "constant", value: mean };
+    case "exponential":
+      return { dist: "exponential", mean };
+    default:
+      throw new UsageError(
+        `${flag}: cannot set the mean of a "${current?.dist}" suffix distribution; edit workload.suffixTokens in the scenario file`,
+      );
+  }
+}
+
+function setAt(target: Record<string, unknown>, path: readonly string[], value: unknown): void {
+  let node = target;
+  for (const key of path.slice(0, -1)) node = (node[key] ??= {}) as Record<string, unknown>;
+  node[path[path.length - 1]] = value;
+}
+
+/**
+ * Runs a command-line entry point with the exit-code contract: a
+ * {@linkcode UsageError} prints one line and exits 2, a
+ * {@linkcode SimulationError} prints one line and exits 1.
+ */
+export async function runCommand(main: () => Promise<void> | void): Promise<void> {
+  try {
+    await main();
+  } catch (error) {
+    if (error instanceof UsageError) {
+      console.error(`error: ${error.message}`);
+      Deno.exit(2);
+    }
+    if (error instanceof SimulationError) {
+      console.error(`run failed: ${error.message}`);
+      Deno.exit(1);
+    }
+    throw error;
+  }
+}

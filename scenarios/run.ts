@@ -1,0 +1,83 @@
+/**
+ * @module
+ * `deno task run`: simulate one scenario and print a table (or JSON).
+ */
+import { meanOf } from "../actors/distributions.ts";
+import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import {
+  configFromFlags,
+  parseFlags,
+  runCommand,
+  SCENARIO_FLAGS_HELP,
+  SCENARIO_OPTIONS,
+} from "./command_line.ts";
+
+const HELP = `Usage: deno task run [flags]
+
+Simulates one scenario under the virtual clock and prints its metrics.
+
+${SCENARIO_FLAGS_HELP}`;
+
+/** One run's report: the result plus its wall time and resolved scenario. */
+export interface RunReport extends RunResult {
+  /** Wall-clock time of the simulation, ms (not deterministic). */
+  readonly wallMs: number;
+  /** The scenario as run, every default filled in. */
+  readonly scenario: SimulationConfig;
+}
+
+/** Simulates `config` and times it. */
+export function runScenario(config: SimulationConfig): RunReport {
+  const start = performance.now();
+  const result = simulate(config);
+  return { ...result, wallMs: performance.now() - start, scenario: config };
+}
+
+/** Describes the policy with its parameter, e.g. `hybrid(thr=1)`. */
+export function policyLabel(config: SimulationConfig): string {
+  return config.policy.name === "hybrid" ? `hybrid(thr=${config.policy.threshold})` : config.policy.name;
+}
+
+/** The human-readable table of one run. */
+export function formatReport(report: RunReport): string {
+  const c = report.scenario, w = c.workload, p = w.prefix;
+  const ms = (v: number) => v.toFixed(1);
+  const suffix = w.suffixTokens.dist === "constant"
+    ? `${w.suffixTokens.value}`
+    : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
+  return [
+    `policy ${policyLabel(c)} · ${c.instances.count} instances · ${w.ratePerSec} req/s · seed ${c.seed}`,
+    `workload: ${w.requests} requests, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
+    `prefix ${p.tokens} + suffix ${suffix} tokens, cache ${c.instances.cacheCapacity} groups/instance`,
+    "",
+    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped}  in flight ${report.inFlight}`,
+    `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
+      ms(report.ttftP90Ms)
+    }  p99 ${ms(report.ttftP99Ms)}`,
+    `  queue wait    mean ${ms(report.queueWaitMeanMs)} ms`,
+    `  hit rate      ${report.hitRate.toFixed(3)} of requests, ${
+      report.tokenHitRate.toFixed(3)
+    } of prompt tokens`,
+    `  imbalance     ${report.imbalance.toFixed(3)} (max-min)/mean · cv ${
+      report.imbalanceCv.toFixed(3)
+    } · busy-time cv ${report.busyImbalanceCv.toFixed(3)}`,
+    `  throughput    ${report.throughputRps.toFixed(2)} req/s over ${
+      (report.simulatedMs / 1000).toFixed(1)
+    } s simulated`,
+    `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
+      (report.requests / report.wallMs).toFixed(0)
+    }k requests/s)`,
+  ].join("\n");
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values } = parseFlags(Deno.args, SCENARIO_OPTIONS);
+    if (values.help) {
+      console.log(HELP);
+      return;
+    }
+    const report = runScenario(await configFromFlags(values));
+    console.log(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
+  });
+}

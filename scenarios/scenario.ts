@@ -1,0 +1,162 @@
+/**
+ * @module
+ * The scenario format: a JSON file (or flags) describing one run, validated
+ * with zod into a complete {@linkcode SimulationConfig}. Errors name the field
+ * path, the value and what was expected.
+ */
+import { z } from "zod";
+import { POLICY_NAMES } from "../actors/policies/mod.ts";
+import type { SimulationConfig } from "../actors/simulation.ts";
+import { UsageError } from "./usage_error.ts";
+
+const count = (min: number) => z.number().int().min(min);
+
+const lengthDistribution = z.discriminatedUnion("dist", [
+  z.strictObject({ dist: z.literal("constant"), value: count(0) }),
+  z.strictObject({ dist: z.literal("exponential"), mean: z.number().gt(0) }),
+  z.strictObject({ dist: z.literal("uniform"), min: count(0), max: count(0) }).refine(
+    (d) => d.max >= d.min,
+    { message: "expected max >= min", path: ["max"] },
+  ),
+]);
+
+/**
+ * The scenario schema with every default. Defaults put the default scenario in
+ * the original study's operational regime (design.md, "Default scenario").
+ */
+export const scenarioSchema = z.strictObject({
+  seed: count(0).default(1),
+  policy: z.strictObject({
+    name: z.enum(POLICY_NAMES).default("hybrid"),
+    threshold: z.number().min(0).default(1),
+  }).default({ name: "hybrid", threshold: 1 }),
+  instances: z.strictObject({
+    count: count(1).default(4),
+    overheadMs: z.number().min(0).default(30),
+    prefillMsPerToken: z.number().min(0).default(0.04),
+    decodeMsPerToken: z.number().min(0).default(0),
+    serviceTime: z.enum(["deterministic", "exponential"]).default("deterministic"),
+    cacheCapacity: count(0).default(16),
+    maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
+  }).prefault({}),
+  workload: z.strictObject({
+    requests: count(1).default(20_000),
+    ratePerSec: z.number().gt(0).default(35),
+    prefix: z.strictObject({
+      groups: count(1).default(100),
+      zipf: z.number().min(0).default(1.0),
+      sharedFrac: z.number().min(0).max(1).default(0.5),
+      tokens: count(0).default(1024),
+    }).prefault({}),
+    suffixTokens: lengthDistribution.default({ dist: "exponential", mean: 256 }),
+    outputTokens: lengthDistribution.default({ dist: "constant", value: 128 }),
+  }).prefault({}),
+  untilMs: z.number().gt(0).optional(),
+});
+
+/** A scenario as written in a file: every field optional. */
+export type ScenarioInput = z.input<typeof scenarioSchema>;
+
+/**
+ * Validates a scenario object into a complete config.
+ *
+ * @param input Parsed JSON, flags already merged in.
+ * @param describePath Turns a field path into the name shown in errors; the
+ *   command line uses it to name a flag instead of a path.
+ * @throws {UsageError} naming the first invalid field, its value and what was expected.
+ */
+export function parseScenario(
+  input: unknown,
+  describePath: (path: readonly PropertyKey[]) => string = scenarioPath,
+): SimulationConfig {
+  const result = scenarioSchema.safeParse(input);
+  if (result.success) return result.data satisfies SimulationConfig;
+  const issue = result.error.issues[0];
+  let path = issue.path;
+  if (issue.code === "unrecognized_keys") path = [...path, issue.keys[0]];
+  const got = issue.code === "unrecognized_keys" ? "" : `, got ${show(valueAt(input, path))}`;
+  throw new UsageError(`${describePath(path)}: ${expectation(issue)}${got}`);
+}
+
+/** `scenario.workload.prefix.zipf` style name of a field path. */
+export function scenarioPath(path: readonly PropertyKey[]): string {
+  return ["scenario", ...path].map((key, i) =>
+    typeof key === "number" ? `[${key}]` : `${i === 0 ? "" : "."}${String(key)}`
+  ).join("");
+}
+
+function expectation(issue: z.core.$ZodIssue): string {
+  switch (issue.code) {
+    case "invalid_type":
+      return issue.expected === "int" ? "expected an integer" : `expected ${article(issue.expected)}`;
+    case "too_small":
+      return `expected ${issue.origin === "number" ? "a number" : "a value"} ${
+        issue.inclusive ? ">=" : ">"
+      } ${String(issue.minimum)}`;
+    case "too_big":
+      return `expected ${issue.origin === "number" ? "a number" : "a value"} ${
+        issue.inclusive ? "<=" : "<"
+      } ${String(issue.maximum)}`;
+    case "invalid_value":
+      return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
+    case "unrecognized_keys":
+      return "unknown field (not part of the scenario format; see README)";
+    case "invalid_union":
+      return "options" in issue && Array.isArray(issue.options)
+        ? `expected one of ${issue.options.map((v) => JSON.stringify(v)).join(", ")}`
+        : issue.message;
+    default:
+      return issue.message;
+  }
+}
+
+function article(type: string): string {
+  return `${/^[aeiou]/.test(type) ? "an" : "a"} ${type}`;
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value = input;
+  for (const key of path) {
+    if (value === null || typeof value !== "object") return undefined;
+    value = (value as Record<PropertyKey, unknown>)[key];
+  }
+  return value;
+}
+
+function show(value: unknown): string {
+  if (value === undefined) return "nothing";
+  return typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value) ?? String(value);
+}
+
+/**
+ * Reads and parses a scenario file (JSON).
+ * @throws {UsageError} when it is missing, unreadable or not JSON.
+ */
+export async function readScenarioFile(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await Deno.readTextFile(path);
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
+    throw new UsageError(`--scenario: cannot read "${path}": ${reason}`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new UsageError(`--scenario: "${path}" is not valid JSON: ${(error as Error).message}`);
+  }
+}
+
+/** Merges `override` into `base`: nested objects merge, anything else replaces. */
+export function deepMerge(base: unknown, override: unknown): unknown {
+  if (!isPlainObject(base) || !isPlainObject(override)) return override;
+  const merged: Record<string, unknown> = { ...base };
+  for (const [key, value] of Object.entries(override)) {
+    merged[key] = key in merged ? deepMerge(merged[key], value) : value;
+  }
+  return merged;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}

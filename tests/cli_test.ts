@@ -1,0 +1,94 @@
+/** End-to-end tests of `deno task run`'s entry point, run as a subprocess. */
+import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+
+const RUN = new URL("../scenarios/run.ts", import.meta.url).pathname;
+const ROOT = new URL("..", import.meta.url).pathname;
+
+async function run(...args: string[]) {
+  const output = await new Deno.Command("deno", {
+    args: ["run", "--allow-read=.", RUN, ...args],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
+}
+
+Deno.test("run --json prints the contract fields, consistent with each other", async () => {
+  const { code, stdout } = await run("--json", "--requests", "2000", "--policy", "least_load");
+  assertEquals(code, 0);
+  const r = JSON.parse(stdout);
+  for (
+    const key of [
+      "requests",
+      "completed",
+      "dropped",
+      "ttftMeanMs",
+      "ttftP50Ms",
+      "ttftP90Ms",
+      "ttftP99Ms",
+      "hitRate",
+      "tokenHitRate",
+      "imbalance",
+      "messages",
+      "wallMs",
+    ]
+  ) assertEquals(typeof r[key], "number", key);
+  assertEquals([r.requests, r.completed, r.policy], [2000, 2000, "least_load"]);
+  assert(r.ttftP50Ms <= r.ttftP90Ms && r.ttftP90Ms <= r.ttftP99Ms);
+});
+
+Deno.test("run prints a table by default and flags override the scenario file", async () => {
+  const { code, stdout } = await run(
+    "--scenario",
+    "scenarios/example.json",
+    "--requests",
+    "500",
+    "--policy",
+    "round_robin",
+  );
+  assertEquals(code, 0);
+  assertStringIncludes(stdout, "policy round_robin");
+  assertStringIncludes(stdout, "500 requests, zipf 2");
+  assertStringIncludes(stdout, "TTFT ms");
+});
+
+Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) => {
+  const cases: [string[], string][] = [
+    [["--bogus"], "unknown flag --bogus"],
+    [["--rate", "0"], "--rate: expected a number > 0, got 0"],
+    [["--rate", "-3"], "--rate: expected a number > 0, got -3"],
+    [["--rate", "fast"], '--rate: expected a number, got "fast"'],
+    [["--zipf", "-0.5"], "--zipf: expected a number >= 0, got -0.5"],
+    [["--prefix-frac", "1.2"], "--prefix-frac: expected a number <= 1, got 1.2"],
+    [["--instances", "0"], "--instances: expected a number >= 1, got 0"],
+    [["--threshold", "-1"], "--threshold: expected a number >= 0, got -1"],
+    [["--requests", "10.5"], "--requests: expected an integer, got 10.5"],
+    [["--policy", "magic"], '--policy: expected one of "round_robin"'],
+    [["--scenario", "no/such.json"], '--scenario: cannot read "no/such.json": no such file'],
+    [["--scenario", "deno.lock", "--requests", "5"], "unknown field"],
+    [["--scenario", "tests/cli_test.ts"], '--scenario: "tests/cli_test.ts" is not valid JSON'],
+    [["stray"], 'unexpected argument "stray"'],
+  ];
+  for (const [args, message] of cases) {
+    await t.step(args.join(" "), async () => {
+      const { code, stdout, stderr } = await run(...args);
+      assertEquals(code, 2, stderr);
+      assertStringIncludes(stderr, message);
+      assertEquals(stderr.trim().split("\n").length, 1, stderr);
+      assert(!/\bat .*\.ts:\d+/.test(stderr), `stack trace in: ${stderr}`);
+      assertEquals(stdout, "");
+    });
+  }
+});
+
+Deno.test("run --help exits 0 and lists the flags", async () => {
+  const { code, stdout } = await run("--help");
+  assertEquals(code, 0);
+  for (
+    const flag of ["--policy", "--threshold", "--prefix-frac", "--cache-capacity", "--scenario", "--json"]
+  ) {
+    assertStringIncludes(stdout, flag);
+  }
+});

@@ -1,0 +1,204 @@
+import { assert, assertEquals, assertNotEquals, assertThrows } from "@std/assert";
+import fc from "fast-check";
+import { type Actor, type ActorContext, Kernel } from "../actors/runtime/kernel.ts";
+import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { Recorder } from "./_recorder.ts";
+
+type Note = { readonly type: "note"; readonly label: string };
+const note = (label: string): Note => ({ type: "note", label });
+
+Deno.test("kernel delivers same-time messages in send order", () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  for (const label of ["a", "b", "c", "d"]) kernel.send(ref, note(label), 10);
+  kernel.send(ref, note("early"), 5);
+  kernel.run();
+  assertEquals(sink.received.map((r) => [r.timeMs, r.message.label]), [
+    [5, "early"],
+    [10, "a"],
+    [10, "b"],
+    [10, "c"],
+    [10, "d"],
+  ]);
+});
+
+Deno.test("kernel delivers a zero-delay reply after messages already due at that time", () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const sinkRef = kernel.spawn("sink", sink);
+  const relay = kernel.spawn<Note>("relay", {
+    handle: (m, ctx) => ctx.send(sinkRef, note(`relayed ${m.label}`)),
+  });
+  kernel.send(relay, note("x"), 1);
+  kernel.send(sinkRef, note("direct"), 1);
+  kernel.run();
+  assertEquals(sink.received.map((r) => r.message.label), ["direct", "relayed x"]);
+});
+
+Deno.test("kernel time never decreases, whatever the delays actors choose", () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 0, max: 2 ** 31 }),
+      fc.array(fc.double({ min: 0, max: 100, noNaN: true }), { minLength: 1, maxLength: 50 }),
+      (seed, delays) => {
+        const kernel = new Kernel({ seed });
+        const times: number[] = [];
+        let hops = 0;
+        const ref = kernel.spawn<Note>("bouncer", {
+          handle(_m, ctx) {
+            times.push(ctx.now());
+            if (hops++ < 500) {
+              ctx.send(ctx.self, note("hop"), delays[Math.floor(ctx.random() * delays.length)]);
+              if (ctx.random() < 0.3) ctx.schedule(delays[0], note("extra"));
+            }
+          },
+        });
+        for (const d of delays) kernel.send(ref, note("seed"), d);
+        kernel.run();
+        for (let i = 1; i < times.length; i++) assert(times[i] >= times[i - 1], `time went back at ${i}`);
+      },
+    ),
+    { numRuns: 50 },
+  );
+});
+
+Deno.test("kernel keeps FIFO order per sender/receiver pair for equal delays", () => {
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 100 }), (bursts) => {
+      const kernel = new Kernel();
+      const sink = new Recorder<Note>();
+      const sinkRef = kernel.spawn("sink", sink);
+      let n = 0;
+      const sender = kernel.spawn<Note>("sender", {
+        handle(_m, ctx) {
+          for (const size of bursts) for (let i = 0; i < size; i++) ctx.send(sinkRef, note(String(n++)), 3);
+        },
+      });
+      kernel.send(sender, note("go"));
+      kernel.run();
+      assertEquals(sink.received.map((r) => Number(r.message.label)), [...Array(n).keys()]);
+    }),
+  );
+});
+
+Deno.test("scheduling in the past is a RangeError", async (t) => {
+  const kernel = new Kernel();
+  const ref = kernel.spawn("sink", new Recorder<Note>());
+  for (const delay of [-1, -0.001, NaN, Infinity]) {
+    await t.step(`delay ${delay}`, () => {
+      assertThrows(() => kernel.send(ref, note("x"), delay), RangeError, "delayMs");
+    });
+  }
+});
+
+Deno.test("an actor scheduling in the past fails the run, naming actor, message and time", () => {
+  const kernel = new Kernel();
+  const ref = kernel.spawn<Note>("timetraveller", { handle: (_m, ctx) => ctx.schedule(-5, note("back")) });
+  kernel.send(ref, note("go"), 7);
+  const error = assertThrows(() => kernel.run(), SimulationError, "timetraveller");
+  assertEquals(error.kind, "actor_threw");
+  assertEquals(error.messageType, "note");
+  assertEquals(error.timeMs, 7);
+  assert(error.cause instanceof RangeError);
+});
+
+Deno.test("cancelled timers never fire; others still do", () => {
+  const kernel = new Kernel();
+  const fired: string[] = [];
+  const ref = kernel.spawn<Note>("timers", {
+    handle(m, ctx) {
+      if (m.label !== "setup") {
+        fired.push(m.label);
+        return;
+      }
+      const a = ctx.schedule(5, note("a"));
+      ctx.schedule(5, note("b"));
+      const c = ctx.schedule(1, note("c"));
+      ctx.cancel(a);
+      ctx.cancel(c);
+      ctx.cancel(c);
+    },
+  });
+  kernel.send(ref, note("setup"));
+  kernel.run();
+  assertEquals(fired, ["b"]);
+  assertEquals(kernel.messagesDelivered, 2);
+});
+
+Deno.test("a message to an unknown address is a SimulationError naming the sender", () => {
+  const kernel = new Kernel();
+  const ref = kernel.spawn<Note>("lost", { handle: (_m, ctx) => ctx.send(42 as never, note("void")) });
+  kernel.send(ref, note("go"));
+  const error = assertThrows(() => kernel.run(), SimulationError, "lost");
+  assertEquals(error.kind, "unknown_actor");
+});
+
+Deno.test("an actor that throws fails the run with actor_threw", () => {
+  const kernel = new Kernel();
+  const ref = kernel.spawn<Note>("faulty", {
+    handle: () => {
+      throw new Error("boom");
+    },
+  });
+  kernel.send(ref, note("poke"), 3);
+  const error = assertThrows(() => kernel.run(), SimulationError, "boom");
+  assertEquals([error.kind, error.actor, error.messageType, error.timeMs], [
+    "actor_threw",
+    "faulty",
+    "note",
+    3,
+  ]);
+});
+
+Deno.test("spawning two actors under one name is a TypeError", () => {
+  const kernel = new Kernel();
+  kernel.spawn("twin", new Recorder<Note>());
+  assertThrows(() => kernel.spawn("twin", new Recorder<Note>()), TypeError, "twin");
+});
+
+Deno.test("run stops before messages later than untilMs and can resume", () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  kernel.send(ref, note("a"), 1);
+  kernel.send(ref, note("b"), 10);
+  kernel.run({ untilMs: 5 });
+  assertEquals(sink.received.length, 1);
+  assertEquals(kernel.pendingCount, 1);
+  kernel.run();
+  assertEquals(sink.received.map((r) => r.timeMs), [1, 10]);
+});
+
+Deno.test("each actor's random stream depends only on the seed and its own name", () => {
+  const draws = (seed: number, names: string[]) => {
+    const kernel = new Kernel({ seed });
+    const out: Record<string, number[]> = {};
+    for (const name of names) {
+      const actor: Actor<Note> = {
+        handle: (_m, ctx: ActorContext<Note>) => (out[name] = [ctx.random(), ctx.random()]),
+      };
+      kernel.send(kernel.spawn(name, actor), note("draw"));
+    }
+    kernel.run();
+    return out;
+  };
+  const a = draws(1, ["source", "router"]);
+  const b = draws(1, ["extra", "router", "source"]);
+  assertEquals(a.source, b.source);
+  assertEquals(a.router, b.router);
+  assertNotEquals(a.source, a.router);
+  assertNotEquals(draws(2, ["source"]).source, a.source);
+});
+
+Deno.test("runWithClock consults the clock before each delivery", async () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  kernel.send(ref, note("a"), 2);
+  kernel.send(ref, note("b"), 4);
+  const asked: number[] = [];
+  await kernel.runWithClock({ waitUntil: (t) => Promise.resolve(void asked.push(t)) });
+  assertEquals(asked, [2, 4]);
+  assertEquals(sink.received.length, 2);
+});

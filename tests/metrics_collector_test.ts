@@ -1,0 +1,91 @@
+import { assertAlmostEquals, assertEquals } from "@std/assert";
+import { coefficientOfVariation, MetricsCollector, rangeOverMean } from "../actors/metrics_collector.ts";
+import type { CompletionRecord, MetricsCommand } from "../actors/protocol.ts";
+import { Kernel } from "../actors/runtime/kernel.ts";
+
+const record = (over: Partial<CompletionRecord>): CompletionRecord => ({
+  requestId: 0,
+  instance: 0,
+  arrivalMs: 0,
+  startMs: 0,
+  firstTokenMs: 10,
+  endMs: 10,
+  promptTokens: 100,
+  cachedTokens: 0,
+  outputTokens: 1,
+  ...over,
+});
+
+Deno.test("metrics collector summarises TTFT, waits, hits and imbalance exactly", () => {
+  const kernel = new Kernel();
+  const collector = new MetricsCollector(2);
+  const ref = kernel.spawn<MetricsCommand>("metrics", collector);
+  const records = [
+    record({ requestId: 0, instance: 0, arrivalMs: 0, startMs: 0, firstTokenMs: 10, endMs: 10 }),
+    record({
+      requestId: 1,
+      instance: 0,
+      arrivalMs: 5,
+      startMs: 10,
+      firstTokenMs: 30,
+      endMs: 30,
+      cachedTokens: 50,
+    }),
+    record({
+      requestId: 2,
+      instance: 1,
+      arrivalMs: 6,
+      startMs: 6,
+      firstTokenMs: 46,
+      endMs: 46,
+      cachedTokens: 100,
+    }),
+  ];
+  for (const r of records) kernel.send(ref, { type: "completed", record: r });
+  kernel.send(ref, { type: "dropped", requestId: 3, instance: 1, timeMs: 7, reason: "queue_full" });
+  kernel.run();
+  const s = collector.summary();
+  assertEquals([s.completed, s.dropped, s.droppedByReason.queue_full], [3, 1, 1]);
+  assertAlmostEquals(s.ttftMeanMs, (10 + 25 + 40) / 3);
+  assertAlmostEquals(s.queueWaitMeanMs, 5 / 3);
+  assertAlmostEquals(s.hitRate, 2 / 3);
+  assertAlmostEquals(s.tokenHitRate, 150 / 300);
+  assertAlmostEquals(s.imbalance, (2 - 1) / 1.5);
+  assertAlmostEquals(s.imbalanceCv, 0.5 / 1.5);
+  assertEquals(s.perInstanceBusyMs, [30, 40]);
+  assertAlmostEquals(s.ttftP50Ms, 25, 0.025);
+  assertAlmostEquals(s.ttftP99Ms, 40, 0.04);
+  assertAlmostEquals(s.throughputRps, 3 / 0.046);
+});
+
+Deno.test("metrics percentiles are within 0.1% over a wide range of TTFTs", () => {
+  const kernel = new Kernel();
+  const collector = new MetricsCollector(1);
+  const ref = kernel.spawn<MetricsCommand>("metrics", collector);
+  for (let i = 1; i <= 10_000; i++) {
+    kernel.send(ref, { type: "completed", record: record({ firstTokenMs: i * 0.7 }) });
+  }
+  kernel.run();
+  const s = collector.summary();
+  assertAlmostEquals(s.ttftP50Ms, 3500, 3.5);
+  assertAlmostEquals(s.ttftP90Ms, 6300, 6.3);
+  assertAlmostEquals(s.ttftP99Ms, 6930, 6.93);
+});
+
+Deno.test("an empty run reports zeros, not NaN", () => {
+  const s = new MetricsCollector(3).summary();
+  assertEquals([s.ttftMeanMs, s.hitRate, s.tokenHitRate, s.imbalance, s.imbalanceCv, s.throughputRps], [
+    0,
+    0,
+    0,
+    0,
+    0,
+    0,
+  ]);
+});
+
+Deno.test("imbalance formulas match their definitions", () => {
+  assertAlmostEquals(rangeOverMean([10, 10, 10, 10]), 0);
+  assertAlmostEquals(rangeOverMean([12, 8, 10, 10]), 0.4);
+  assertAlmostEquals(coefficientOfVariation([12, 8, 10, 10]), Math.sqrt(2) / 10);
+});

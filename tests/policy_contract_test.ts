@@ -1,0 +1,132 @@
+import { assert, assertEquals } from "@std/assert";
+import fc from "fast-check";
+import {
+  createPolicy,
+  type PolicySpec,
+  type RouterView,
+  type RoutingPolicy,
+} from "../actors/policies/mod.ts";
+import type { Request } from "../actors/protocol.ts";
+import { InstanceTable } from "../actors/router.ts";
+import { createRandomStream } from "../actors/runtime/random_stream.ts";
+
+/** Every built-in policy, with the parameters the contract is run at. */
+const SPECS: PolicySpec[] = [
+  { name: "round_robin" },
+  { name: "least_load" },
+  { name: "prefix_aware" },
+  { name: "hybrid", threshold: 0 },
+  { name: "hybrid", threshold: 1 },
+  { name: "hybrid", threshold: 4 },
+  { name: "random" },
+];
+
+const request = (group: number): Request => ({
+  id: 0,
+  arrivalMs: 0,
+  prefixGroup: group,
+  prefixTokens: 10,
+  suffixTokens: 10,
+  outputTokens: 1,
+});
+
+function table(waiting: number[], running: number[], held: number[][] = []): InstanceTable {
+  const t = new InstanceTable(waiting.length);
+  waiting.forEach((w, i) => t.apply({ type: "status", instance: i, waiting: w, running: running[i] }));
+  held.forEach((groups, i) =>
+    groups.forEach((g) =>
+      t.apply({ type: "status", instance: i, waiting: waiting[i], running: running[i], cacheAdded: g })
+    )
+  );
+  return t;
+}
+
+/** The contract every routing policy must meet, run against one policy factory. */
+function policyContract(label: string, newPolicy: () => RoutingPolicy) {
+  Deno.test(`${label}: always returns a valid instance index`, () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 9 }).chain((n) =>
+          fc.tuple(
+            fc.array(fc.integer({ min: 0, max: 5 }), { minLength: n, maxLength: n }),
+            fc.array(fc.integer({ min: 0, max: 1 }), { minLength: n, maxLength: n }),
+            fc.array(fc.array(fc.integer({ min: 0, max: 4 }), { maxLength: 3 }), {
+              minLength: n,
+              maxLength: n,
+            }),
+            fc.integer({ min: -1, max: 4 }),
+            fc.integer({ min: 0, max: 1000 }),
+          )
+        ),
+        ([waiting, running, held, group, routed]) => {
+          const view = table(waiting, running, held);
+          view.routedCount = routed;
+          const choice = newPolicy().choose(request(group), view, createRandomStream(routed, "router"));
+          assert(Number.isInteger(choice) && choice >= 0 && choice < waiting.length, `got ${choice}`);
+        },
+      ),
+    );
+  });
+
+  Deno.test(`${label}: same view and same stream give the same choice`, () => {
+    const view = table([1, 0, 0, 2], [1, 1, 0, 1], [[3], [], [3], []]);
+    const a = newPolicy().choose(request(3), view, createRandomStream(5, "router"));
+    const b = newPolicy().choose(request(3), view, createRandomStream(5, "router"));
+    assertEquals(a, b);
+  });
+
+  Deno.test(`${label}: spreads requests over identical idle instances instead of piling on instance 0`, () => {
+    const view: RouterView & { routedCount: number } = table([0, 0, 0, 0], [0, 0, 0, 0]);
+    const counts = [0, 0, 0, 0];
+    const random = createRandomStream(1, "router");
+    const policy = newPolicy();
+    for (let k = 0; k < 4000; k++) {
+      view.routedCount = k;
+      counts[policy.choose(request(-1), view, random)]++;
+    }
+    for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
+  });
+}
+
+for (const spec of SPECS) {
+  const label = spec.name === "hybrid" ? `hybrid(thr=${spec.threshold})` : spec.name;
+  policyContract(label, () => createPolicy(spec));
+}
+
+// ---- Rules at their edges ---------------------------------------------------
+
+const rng = () => createRandomStream(1, "router");
+
+Deno.test("round_robin rotates by routed count, ignoring load", () => {
+  const view = table([9, 0, 0], [1, 0, 0]);
+  view.routedCount = 3;
+  assertEquals(createPolicy({ name: "round_robin" }).choose(request(-1), view, rng()), 0);
+});
+
+Deno.test("least_load counts waiting plus running and never picks a busier instance", () => {
+  const view = table([0, 0, 1], [1, 0, 0]);
+  assertEquals(createPolicy({ name: "least_load" }).choose(request(-1), view, rng()), 1);
+});
+
+Deno.test("prefix_aware prefers a holder even when it is the busiest, least loaded among holders", () => {
+  const view = table([5, 0, 3], [1, 0, 1], [[2], [], [2]]);
+  assertEquals(createPolicy({ name: "prefix_aware" }).choose(request(2), view, rng()), 2);
+  assertEquals(createPolicy({ name: "prefix_aware" }).choose(request(9), view, rng()), 1);
+});
+
+Deno.test("hybrid uses the best holder only while its waiting count is below the threshold", async (t) => {
+  // Holder: instance 0 with `waiting` queued and one running; instance 1 idle.
+  const cases: [threshold: number, waiting: number, expected: number][] = [
+    [1, 0, 0], // serving one, nobody waiting: below 1
+    [1, 1, 1], // one waiting: not below 1
+    [0, 0, 1], // threshold 0 never follows the cache
+    [3, 2, 0],
+    [3, 3, 1],
+  ];
+  for (const [threshold, waiting, expected] of cases) {
+    await t.step(`thr=${threshold}, holder waiting ${waiting} → instance ${expected}`, () => {
+      const view = table([waiting, 0], [1, 0], [[7], []]);
+      assertEquals(createPolicy({ name: "hybrid", threshold }).choose(request(7), view, rng()), expected);
+    });
+  }
+});
