@@ -1,0 +1,296 @@
+/**
+ * @module
+ * The study's five charts, drawn with Observable Plot on a linkedom document
+ * (no browser, no deno-dom) as standalone SVG, and rasterised to PNG with
+ * resvg. Each chart has a title, a subtitle saying what is averaged, axis
+ * labels with units and a legend drawn into the SVG.
+ */
+import * as Plot from "@observablehq/plot";
+import { Resvg } from "@resvg/resvg-js";
+import { parseHTML } from "linkedom";
+import type { SummaryRow } from "./sweep_summary.ts";
+import { FRAC, KEY, OPERATIONAL_TTFT_MS, RATE, STRATEGIES, type Study, ZIPF } from "./study_findings.ts";
+
+const FONT = "DejaVu Sans, Verdana, sans-serif";
+const COLORS: Record<string, string> = {
+  round_robin: "#4269d0",
+  least_load: "#a463f2",
+  prefix_aware: "#ff725c",
+  "hybrid(thr=1)": "#3ca951",
+};
+const SERIES_COLORS = [
+  "#4269d0",
+  "#efb118",
+  "#ff725c",
+  "#6cc5b0",
+  "#3ca951",
+  "#ff8ab7",
+  "#a463f2",
+  "#97bbf5",
+];
+
+/** One chart: its file name and standalone SVG text. */
+export interface Chart {
+  readonly file: string;
+  readonly title: string;
+  readonly svg: string;
+}
+
+/** What we use of the SVG element Plot returns (linkedom's, not the browser's). */
+interface SvgElement {
+  getAttribute(name: string): string | null;
+  readonly innerHTML: string;
+}
+
+interface LegendItem {
+  readonly label: string;
+  readonly color: string;
+}
+
+/** Wraps a Plot SVG with a title, subtitle and legend into one standalone SVG. */
+function figure(title: string, subtitle: string, legend: readonly LegendItem[], plot: SvgElement): string {
+  const width = Number(plot.getAttribute("width")), height = Number(plot.getAttribute("height"));
+  const top = 64;
+  let x = 12;
+  const items = legend.map((item) => {
+    const g = `<g transform="translate(${x},52)"><rect width="14" height="4" y="-6" fill="${item.color}"/>` +
+      `<text x="20" y="0" font-size="12">${escape(item.label)}</text></g>`;
+    x += 32 + item.label.length * 7;
+    return g;
+  }).join("");
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${
+    height + top
+  }" viewBox="0 0 ${width} ${height + top}" font-family="${FONT}">` +
+    `<rect width="100%" height="100%" fill="white"/>` +
+    `<text x="12" y="22" font-size="16" font-weight="bold">${escape(title)}</text>` +
+    `<text x="12" y="40" font-size="12" fill="#555">${escape(subtitle)}</text>${items}` +
+    `<svg x="0" y="${top}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${plot.innerHTML}</svg></svg>`;
+}
+
+function escape(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+function plot(options: Plot.PlotOptions): SvgElement {
+  const { document } = parseHTML("<!DOCTYPE html><html><body></body></html>") as unknown as {
+    document: unknown;
+  };
+  return Plot.plot({
+    document: document as never,
+    width: 900,
+    height: 380,
+    marginLeft: 60,
+    marginTop: 36,
+    marginRight: 20,
+    style: { fontFamily: FONT, fontSize: "12px", background: "white" },
+    ...options,
+  }) as unknown as SvgElement;
+}
+
+const strategyLegend = STRATEGIES.map((s) => ({ label: s, color: COLORS[s] }));
+const strategyColor = { domain: [...STRATEGIES], range: STRATEGIES.map((s) => COLORS[s]) };
+
+/** Rows of the four strategies at zipf/sharedFrac combinations, flattened for Plot. */
+function strategyRows(rows: readonly SummaryRow[], scenarios: readonly { zipf: number; frac: number }[]) {
+  return rows.filter((r) =>
+    (STRATEGIES as readonly string[]).includes(r.label) &&
+    scenarios.some((s) => r.axes[ZIPF] === s.zipf && r.axes[FRAC] === s.frac)
+  ).map((r) => ({
+    strategy: r.label,
+    scenario: `zipf ${r.axes[ZIPF]}, sharedFrac ${r.axes[FRAC]}`,
+    rate: Number(r.axes[RATE]),
+    sharedFrac: Number(r.axes[FRAC]),
+    zipf: Number(r.axes[ZIPF]),
+    ttft: r.mean.ttftMeanMs,
+    ttftLo: Math.max(1, r.mean.ttftMeanMs - r.ci95.ttftMeanMs),
+    ttftHi: r.mean.ttftMeanMs + r.ci95.ttftMeanMs,
+    hit: r.mean.hitRate,
+    hitLo: Math.max(0, r.mean.hitRate - r.ci95.hitRate),
+    hitHi: Math.min(1, r.mean.hitRate + r.ci95.hitRate),
+    imbalance: r.mean.imbalance,
+  }));
+}
+
+/** All five charts of the original study. */
+export function studyCharts(rows: readonly SummaryRow[], study: Study): Chart[] {
+  const scenarios = [{ zipf: 1.0, frac: 0.5 }, { zipf: KEY.zipf, frac: KEY.sharedFrac }];
+  const perScenario = strategyRows(rows, scenarios);
+  const charts: Chart[] = [];
+
+  charts.push({
+    file: "ttft_vs_arrival.png",
+    title: "Mean TTFT vs arrival rate",
+    svg: figure(
+      "Mean TTFT vs arrival rate",
+      `Mean over seeds, band = 95% CI; dashed line = ${
+        OPERATIONAL_TTFT_MS / 1000
+      } s operational limit; log scale`,
+      strategyLegend,
+      plot({
+        fx: { label: null },
+        x: { label: "arrival rate (requests/s)", grid: true },
+        y: { type: "log", label: "mean TTFT (ms)", grid: true },
+        color: strategyColor,
+        marks: [
+          Plot.areaY(perScenario, {
+            fx: "scenario",
+            x: "rate",
+            y1: "ttftLo",
+            y2: "ttftHi",
+            fill: "strategy",
+            fillOpacity: 0.15,
+          }),
+          Plot.lineY(perScenario, {
+            fx: "scenario",
+            x: "rate",
+            y: "ttft",
+            stroke: "strategy",
+            strokeWidth: 2,
+          }),
+          Plot.dot(perScenario, { fx: "scenario", x: "rate", y: "ttft", fill: "strategy", r: 2.5 }),
+          Plot.ruleY([OPERATIONAL_TTFT_MS], { stroke: "#999", strokeDasharray: "4,3" }),
+        ],
+      }),
+    ),
+  });
+
+  const thresholdData = study.bestByZipf.flatMap((c) =>
+    c.ttftByThreshold.map((t) => ({ zipf: c.subset, threshold: t.threshold, ttft: t.ttftMeanMs }))
+  ).filter((d) => Number.isFinite(d.ttft));
+  const zipfLabels = study.bestByZipf.map((c) => c.subset);
+  charts.push({
+    file: "hybrid_threshold_sweep.png",
+    title: "Hybrid: mean TTFT vs threshold",
+    svg: figure(
+      "Hybrid: mean TTFT vs queue-depth threshold",
+      "Mean over operational points of each Zipf exponent (all thresholds < 2 s); threshold 0 = least_load",
+      zipfLabels.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
+      plot({
+        x: {
+          label: "hybrid threshold (waiting requests at the cached instance)",
+          ticks: [...new Set(thresholdData.map((d) => d.threshold))],
+        },
+        y: { label: "mean TTFT (ms)", grid: true },
+        color: { domain: zipfLabels, range: SERIES_COLORS },
+        marks: [
+          Plot.lineY(thresholdData, { x: "threshold", y: "ttft", stroke: "zipf", strokeWidth: 2 }),
+          Plot.dot(thresholdData, { x: "threshold", y: "ttft", fill: "zipf", r: 3 }),
+        ],
+      }),
+    ),
+  });
+
+  const midRate = median(rows.map((r) => Number(r.axes[RATE])));
+  const fracData = rows.filter((r) =>
+    (STRATEGIES as readonly string[]).includes(r.label) && Number(r.axes[RATE]) === midRate
+  )
+    .map((r) => ({
+      strategy: r.label,
+      zipf: `zipf ${r.axes[ZIPF]}`,
+      sharedFrac: Number(r.axes[FRAC]),
+      hit: r.mean.hitRate,
+      hitLo: Math.max(0, r.mean.hitRate - r.ci95.hitRate),
+      hitHi: Math.min(1, r.mean.hitRate + r.ci95.hitRate),
+    }));
+  charts.push({
+    file: "cache_hit_vs_prefix_frac.png",
+    title: "Cache hit rate vs shared-prefix fraction",
+    svg: figure(
+      "Request hit rate vs shared-prefix fraction",
+      `At ${midRate} requests/s; one panel per Zipf exponent; band = 95% CI over seeds`,
+      strategyLegend,
+      plot({
+        fx: { label: null },
+        x: { label: "shared-prefix fraction", ticks: [0.1, 0.5, 0.9] },
+        y: { label: "request hit rate", domain: [0, 1], grid: true },
+        color: strategyColor,
+        marks: [
+          Plot.areaY(fracData, {
+            fx: "zipf",
+            x: "sharedFrac",
+            y1: "hitLo",
+            y2: "hitHi",
+            fill: "strategy",
+            fillOpacity: 0.15,
+          }),
+          Plot.lineY(fracData, { fx: "zipf", x: "sharedFrac", y: "hit", stroke: "strategy", strokeWidth: 2 }),
+          Plot.dot(fracData, { fx: "zipf", x: "sharedFrac", y: "hit", fill: "strategy", r: 2.5 }),
+        ],
+      }),
+    ),
+  });
+
+  charts.push({
+    file: "load_imbalance.png",
+    title: "Load imbalance vs arrival rate",
+    svg: figure(
+      "Load imbalance (max − min) / mean of per-instance request counts",
+      "Mean over seeds",
+      strategyLegend,
+      plot({
+        fx: { label: null },
+        x: { label: "arrival rate (requests/s)", grid: true },
+        y: { label: "imbalance (max − min) / mean", grid: true },
+        color: strategyColor,
+        marks: [
+          Plot.lineY(perScenario, {
+            fx: "scenario",
+            x: "rate",
+            y: "imbalance",
+            stroke: "strategy",
+            strokeWidth: 2,
+          }),
+          Plot.dot(perScenario, { fx: "scenario", x: "rate", y: "imbalance", fill: "strategy", r: 2.5 }),
+          Plot.ruleY([0]),
+        ],
+      }),
+    ),
+  });
+
+  const best = [
+    ...study.bestByZipf.map((c) => ({
+      series: "all loads",
+      zipf: Number(c.subset.replace("zipf ", "")),
+      best: c.best,
+    })),
+  ].filter((d) => d.best !== undefined);
+  const thresholds = [...new Set(study.bestByZipf.flatMap((c) => c.ttftByThreshold.map((t) => t.threshold)))];
+  charts.push({
+    file: "optimal_threshold_by_zipf.png",
+    title: "Best hybrid threshold by Zipf exponent",
+    svg: figure(
+      "Best hybrid threshold by Zipf exponent",
+      "Threshold with the lowest mean TTFT over the operational points of each Zipf exponent",
+      [{ label: "best threshold", color: SERIES_COLORS[0] }],
+      plot({
+        x: { label: "Zipf exponent of prefix popularity", ticks: best.map((d) => d.zipf) },
+        y: {
+          label: "best threshold (waiting requests)",
+          ticks: thresholds,
+          domain: [0, Math.max(...thresholds, 1)],
+          grid: true,
+        },
+        marks: [
+          Plot.lineY(best, { x: "zipf", y: "best", stroke: SERIES_COLORS[0], strokeWidth: 2 }),
+          Plot.dot(best, { x: "zipf", y: "best", fill: SERIES_COLORS[0], r: 5 }),
+          Plot.text(best, { x: "zipf", y: "best", text: (d) => String(d.best), dy: -12 }),
+        ],
+      }),
+    ),
+  });
+  return charts;
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...new Set(values)].sort((a, b) => a - b);
+  return sorted[Math.floor((sorted.length - 1) / 2)];
+}
+
+/** Rasterises a chart's SVG to PNG at 2× with the system fonts. */
+export function toPng(svg: string): Uint8Array {
+  return new Resvg(svg, {
+    font: { loadSystemFonts: true, defaultFontFamily: "DejaVu Sans" },
+    fitTo: { mode: "zoom", value: 2 },
+    background: "white",
+  }).render().asPng();
+}

@@ -1,0 +1,164 @@
+/**
+ * @module
+ * The sweep format: a base scenario, axes (any scenario field, by dot path,
+ * with the values to try), policy variants and seeds. Validated with errors
+ * that name the field; expanded into the list of runs.
+ */
+import { z } from "zod";
+import { POLICY_NAMES, type PolicySpec } from "../actors/policies/mod.ts";
+import type { SimulationConfig } from "../actors/simulation.ts";
+import { deepMerge, parseScenario, scenarioPath } from "./scenario.ts";
+import { UsageError } from "./usage_error.ts";
+
+const sweepSchema = z.strictObject({
+  description: z.string().default(""),
+  base: z.record(z.string(), z.unknown()).default({}),
+  axes: z.record(z.string(), z.array(z.union([z.number(), z.string()])).min(1)).refine(
+    (axes) => Object.keys(axes).length > 0,
+    { message: "expected at least one axis" },
+  ),
+  policies: z.array(z.strictObject({
+    name: z.enum(POLICY_NAMES),
+    threshold: z.number().min(0).optional(),
+    thresholds: z.array(z.number().min(0)).min(1).optional(),
+  })).min(1),
+  seeds: z.array(z.number().int().min(0)).min(1),
+});
+
+/** One policy variant of a sweep, e.g. `hybrid` with threshold 2. */
+export interface PolicyVariant extends PolicySpec {
+  /** `hybrid(thr=2)`, `round_robin`, … */
+  readonly label: string;
+}
+
+/** One point of the grid: a value for every axis. */
+export interface SweepPoint {
+  readonly index: number;
+  /** Axis path → value, in axis order. */
+  readonly values: Readonly<Record<string, number | string>>;
+}
+
+/** One simulation to run. */
+export interface SweepRun {
+  readonly point: number;
+  readonly variant: number;
+  readonly seed: number;
+  readonly config: SimulationConfig;
+}
+
+/** A validated, expanded sweep. */
+export interface Sweep {
+  readonly description: string;
+  /** Axis paths, in order (the first varies slowest). */
+  readonly axes: readonly string[];
+  /** Column name of each axis in the CSV (its last path segment, unless two collide). */
+  readonly axisColumns: readonly string[];
+  readonly points: readonly SweepPoint[];
+  readonly variants: readonly PolicyVariant[];
+  readonly seeds: readonly number[];
+  /** Every run, by point, then variant, then seed. */
+  readonly runs: readonly SweepRun[];
+}
+
+const RESERVED_AXES = ["seed", "policy", "policy.name", "policy.threshold"];
+
+/**
+ * Validates a sweep spec and expands it.
+ * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`).
+ */
+export function parseSweep(input: unknown): Sweep {
+  const parsed = sweepSchema.safeParse(input);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const path = issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]] : issue.path;
+    const name = ["sweep", ...path].map((k, i) =>
+      typeof k === "number"
+        ? `[${k}]`
+        : i === 0
+        ? String(k)
+        : /^[A-Za-z_]\w*$/.test(String(k))
+        ? `.${String(k)}`
+        : `[${JSON.stringify(k)}]`
+    ).join("");
+    const what = issue.code === "unrecognized_keys" ? "unknown field" : issue.message;
+    throw new UsageError(`${name}: ${what}`);
+  }
+  const spec = parsed.data;
+  const axes = Object.keys(spec.axes);
+  for (const axis of axes) {
+    if (RESERVED_AXES.includes(axis)) {
+      throw new UsageError(`sweep.axes["${axis}"]: not an axis; use sweep.seeds and sweep.policies instead`);
+    }
+  }
+  // Validate the base, then every axis value on its own, naming the axis.
+  parseScenario(spec.base, (path) => `sweep.base${scenarioPath(path).slice("scenario".length)}`);
+  for (const axis of axes) {
+    spec.axes[axis].forEach((value, i) => {
+      parseScenario(deepMerge(spec.base, nested(axis, value)), (path) => {
+        const field = path.join(".");
+        return field === axis || axis.startsWith(`${field}.`)
+          ? `sweep.axes["${axis}"][${i}]`
+          : `sweep.axes["${axis}"] (unknown scenario field ${scenarioPath(path)})`;
+      });
+    });
+  }
+
+  const variants: PolicyVariant[] = spec.policies.flatMap((p): PolicyVariant[] => {
+    if (p.name !== "hybrid") return [{ name: p.name, label: p.name }];
+    const thresholds = p.thresholds ?? [p.threshold ?? 1];
+    return thresholds.map((threshold) => ({ name: p.name, threshold, label: `hybrid(thr=${threshold})` }));
+  });
+  const labels = variants.map((v) => v.label);
+  const duplicate = labels.find((l, i) => labels.indexOf(l) !== i);
+  if (duplicate) throw new UsageError(`sweep.policies: ${duplicate} is listed twice`);
+
+  const points: SweepPoint[] = [];
+  const grid = (i: number, values: Record<string, number | string>) => {
+    if (i === axes.length) {
+      points.push({ index: points.length, values: { ...values } });
+      return;
+    }
+    for (const value of spec.axes[axes[i]]) grid(i + 1, { ...values, [axes[i]]: value });
+  };
+  grid(0, {});
+
+  const runs: SweepRun[] = [];
+  for (const point of points) {
+    let scenario = spec.base as unknown;
+    for (const axis of axes) scenario = deepMerge(scenario, nested(axis, point.values[axis]));
+    variants.forEach((variant, v) => {
+      for (const seed of spec.seeds) {
+        const policy = variant.name === "hybrid"
+          ? { name: variant.name, threshold: variant.threshold }
+          : { name: variant.name };
+        runs.push({
+          point: point.index,
+          variant: v,
+          seed,
+          config: parseScenario(deepMerge(scenario, { seed, policy })),
+        });
+      }
+    });
+  }
+  return {
+    description: spec.description,
+    axes,
+    axisColumns: columnNames(axes),
+    points,
+    variants,
+    seeds: spec.seeds,
+    runs,
+  };
+}
+
+function nested(path: string, value: unknown): Record<string, unknown> {
+  return path.split(".").reduceRight<unknown>((inner, key) => ({ [key]: inner }), value) as Record<
+    string,
+    unknown
+  >;
+}
+
+function columnNames(axes: readonly string[]): string[] {
+  const last = axes.map((a) => a.split(".").pop()!);
+  return axes.map((a, i) => last.indexOf(last[i]) === last.lastIndexOf(last[i]) ? last[i] : a);
+}

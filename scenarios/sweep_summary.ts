@@ -1,0 +1,114 @@
+/**
+ * @module
+ * Folds a sweep's runs into one row per (point, policy variant): the mean of
+ * every metric over the seeds and 95% confidence half-widths, and writes them
+ * as `sweep_summary.csv`.
+ */
+import { stringify } from "@std/csv";
+import type { RunResult } from "../actors/simulation.ts";
+import { ci95HalfWidth, mean } from "./statistics.ts";
+import type { Sweep } from "./sweep_spec.ts";
+
+/** Metrics averaged over seeds, in CSV column order. */
+export const METRICS = [
+  "ttftMeanMs",
+  "ttftP50Ms",
+  "ttftP90Ms",
+  "ttftP99Ms",
+  "queueWaitMeanMs",
+  "e2eMeanMs",
+  "hitRate",
+  "tokenHitRate",
+  "imbalance",
+  "imbalanceCv",
+  "busyImbalanceCv",
+  "throughputRps",
+  "requests",
+  "completed",
+  "dropped",
+] as const satisfies readonly (keyof RunResult)[];
+
+/** Metrics that also get a 95% confidence half-width column (`<metric>Ci95`). */
+export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
+
+/** One metric's name. */
+export type Metric = typeof METRICS[number];
+
+/** One row of the summary: a point, a policy variant, and its seed means. */
+export interface SummaryRow {
+  readonly point: number;
+  /** Axis path → value. */
+  readonly axes: Readonly<Record<string, number | string>>;
+  readonly policy: string;
+  /** Hybrid's threshold; undefined for other policies. */
+  readonly threshold: number | undefined;
+  /** `hybrid(thr=1)`, `round_robin`, … */
+  readonly label: string;
+  readonly seeds: number;
+  readonly mean: Readonly<Record<Metric, number>>;
+  readonly ci95: Readonly<Record<typeof CI_METRICS[number], number>>;
+}
+
+/** Groups `results` (aligned with `sweep.runs`) into summary rows. */
+export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryRow[] {
+  const groups = new Map<string, RunResult[]>();
+  sweep.runs.forEach((run, i) => {
+    const key = `${run.point}/${run.variant}`;
+    let group = groups.get(key);
+    if (!group) groups.set(key, group = []);
+    group.push(results[i]);
+  });
+  const rows: SummaryRow[] = [];
+  for (const point of sweep.points) {
+    sweep.variants.forEach((variant, v) => {
+      const group = groups.get(`${point.index}/${v}`) ?? [];
+      const of = (m: keyof RunResult) => group.map((r) => r[m] as number);
+      rows.push({
+        point: point.index,
+        axes: point.values,
+        policy: variant.name,
+        threshold: variant.threshold,
+        label: variant.label,
+        seeds: group.length,
+        mean: Object.fromEntries(METRICS.map((m) => [m, mean(of(m))])) as Record<Metric, number>,
+        ci95: Object.fromEntries(CI_METRICS.map((m) => [m, ci95HalfWidth(of(m))])) as SummaryRow["ci95"],
+      });
+    });
+  }
+  return rows;
+}
+
+/** A number as written to the CSV: integers exactly, others to 7 significant digits. */
+export function formatNumber(value: number): string {
+  return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(7)));
+}
+
+/** The CSV's columns for a sweep. */
+export function csvColumns(sweep: Sweep): string[] {
+  return [
+    ...sweep.axisColumns,
+    "policy",
+    "threshold",
+    "seeds",
+    ...METRICS,
+    ...CI_METRICS.map((m) => `${m}Ci95`),
+  ];
+}
+
+/** `sweep_summary.csv`: one row per (point, policy variant). */
+export function toCsv(sweep: Sweep, rows: readonly SummaryRow[]): string {
+  const records = rows.map((row) => {
+    const record: Record<string, string> = {};
+    sweep.axes.forEach((axis, i) => {
+      const v = row.axes[axis];
+      record[sweep.axisColumns[i]] = typeof v === "number" ? formatNumber(v) : v;
+    });
+    record.policy = row.policy;
+    record.threshold = row.threshold === undefined ? "" : formatNumber(row.threshold);
+    record.seeds = String(row.seeds);
+    for (const m of METRICS) record[m] = formatNumber(row.mean[m]);
+    for (const m of CI_METRICS) record[`${m}Ci95`] = formatNumber(row.ci95[m]);
+    return record;
+  });
+  return stringify(records, { columns: csvColumns(sweep) });
+}

@@ -1,0 +1,67 @@
+/** `deno task sweep` as a user runs it: bad input, and Ctrl-C mid-sweep. */
+import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+
+function sweep(out: string, ...args: string[]) {
+  return new Deno.Command("deno", {
+    args: [
+      "run",
+      "--allow-read",
+      `--allow-write=${out}`,
+      "--allow-ffi",
+      "--allow-sys",
+      "scenarios/sweep.ts",
+      "--out",
+      out,
+      ...args,
+    ],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  });
+}
+
+Deno.test("an invalid sweep spec exits 2 naming the field and writes nothing", async () => {
+  const out = await Deno.makeTempDir();
+  const spec = `${out}/bad.json`;
+  await Deno.writeTextFile(
+    spec,
+    JSON.stringify({ axes: { "workload.prefix.zipf": [-1] }, policies: [{ name: "random" }], seeds: [1] }),
+  );
+  const { code, stderr } = await sweep(out, "--spec", spec).output();
+  const text = new TextDecoder().decode(stderr);
+  assertEquals(code, 2, text);
+  assertStringIncludes(text, 'sweep.axes["workload.prefix.zipf"][0]: expected a number >= 0, got -1');
+  assertEquals([...Deno.readDirSync(out)].map((e) => e.name), ["bad.json"]);
+  await Deno.remove(out, { recursive: true });
+});
+
+Deno.test("Ctrl-C during a sweep exits 130 and leaves the previous results untouched", async () => {
+  const out = await Deno.makeTempDir();
+  await Deno.writeTextFile(`${out}/summary.txt`, "previous results\n");
+  const child = sweep(out, "--quick", "--workers", "1").spawn();
+  // Wait for the first progress line, so the sweep is running, then interrupt.
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let seen = "";
+  while (!seen.includes("runs")) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    seen += value;
+  }
+  child.kill("SIGINT");
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    seen += value;
+  }
+  const { code } = await child.status;
+  await child.stdout.cancel();
+  assertEquals(code, 130, seen);
+  assertStringIncludes(seen, "interrupted");
+  assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
+  const names = [...Deno.readDirSync(out)].map((e) => e.name);
+  assert(names.every((n) => !n.includes(".tmp-")), `leftover temp files: ${names}`);
+  assertEquals(names, ["summary.txt"]);
+  await Deno.remove(out, { recursive: true });
+});
