@@ -28,7 +28,7 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --spec FILE      sweep file (default ${DEFAULT_SPEC}; format in README)
   --quick          the small preset ${QUICK_SPEC} (a corner of the default grid)
   --workers N      Worker threads, integer >= 1 (default: number of cores)
-  --out DIR        output directory (default results)
+  --out DIR        output directory (default results; results/quick with --quick)
   -h, --help       show this help`;
 
 const OPTIONS = {
@@ -117,7 +117,8 @@ if (import.meta.main) {
         throw new UsageError(`--workers: expected an integer >= 1, got "${values.workers}"`);
       }
     }
-    const out = values.out ?? "results";
+    // The quick preset must not overwrite the committed full results.
+    const out = values.out ?? (values.quick ? "results/quick" : "results");
     const sweep = await readSweep(values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC);
 
     const abort = new AbortController();
