@@ -8,7 +8,7 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
-import { deepMerge, parseScenario, readScenarioFile, scenarioPath } from "./scenario.ts";
+import { deepMerge, parseScenario, readJsonFile, scenarioPath } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** A numeric scenario flag: where it lands in the scenario and whether it must be whole. */
@@ -107,7 +107,7 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
  * which win over the file. Errors from a flag's value name the flag.
  */
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
-  const base = typeof values.scenario === "string" ? await readScenarioFile(values.scenario) : {};
+  const base = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
   const overrides: Record<string, unknown> = {};
   const flagOfPath = new Map<string, string>();
   if (typeof values.policy === "string") {

@@ -129,21 +129,21 @@ function show(value: unknown): string {
 }
 
 /**
- * Reads and parses a scenario file (JSON).
- * @throws {UsageError} when it is missing, unreadable or not JSON.
+ * Reads and parses a JSON input file given by `flag` (a scenario or a sweep).
+ * @throws {UsageError} naming the flag when it is missing, unreadable or not JSON.
  */
-export async function readScenarioFile(path: string): Promise<unknown> {
+export async function readJsonFile(path: string, flag = "--scenario"): Promise<unknown> {
   let text: string;
   try {
     text = await Deno.readTextFile(path);
   } catch (error) {
     const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
-    throw new UsageError(`--scenario: cannot read "${path}": ${reason}`);
+    throw new UsageError(`${flag}: cannot read "${path}": ${reason}`);
   }
   try {
     return JSON.parse(text);
   } catch (error) {
-    throw new UsageError(`--scenario: "${path}" is not valid JSON: ${(error as Error).message}`);
+    throw new UsageError(`${flag}: "${path}" is not valid JSON: ${(error as Error).message}`);
   }
 }
 

@@ -9,6 +9,7 @@ import cliProgress from "cli-progress";
 import type { RunResult } from "../actors/simulation.ts";
 import { writeFileAtomic } from "./atomic_write.ts";
 import { parseFlags, runCommand } from "./command_line.ts";
+import { readJsonFile } from "./scenario.ts";
 import { studyCharts, toPng } from "./plots.ts";
 import { reportHtml } from "./report.ts";
 import { analyse, formatSummary } from "./study_findings.ts";
@@ -55,23 +56,7 @@ export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<s
 }
 
 async function readSweep(path: string): Promise<Sweep> {
-  let text: string;
-  try {
-    text = await Deno.readTextFile(path);
-  } catch (error) {
-    throw new UsageError(
-      `--spec: cannot read "${path}": ${
-        error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message
-      }`,
-    );
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (error) {
-    throw new UsageError(`--spec: "${path}" is not valid JSON: ${(error as Error).message}`);
-  }
-  return parseSweep(json);
+  return parseSweep(await readJsonFile(path, "--spec"));
 }
 
 /** Progress on stderr: a bar on a terminal, a line every 10% otherwise. */
