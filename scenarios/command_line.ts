@@ -35,6 +35,7 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
 /** Flags every scenario-running tool accepts, in `node:util` `parseArgs` form. */
 export const SCENARIO_OPTIONS = {
   policy: { type: "string" },
+  router: { type: "string" },
   scenario: { type: "string" },
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -45,6 +46,7 @@ export const SCENARIO_OPTIONS = {
 export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; defaults in README):
   --scenario FILE        JSON scenario file (see scenarios/example.json)
   --policy NAME          round_robin | least_load | prefix_aware | hybrid | random
+  --router FILE.ts       use a router plugin instead of --policy (see README)
   --threshold N          hybrid's queue-depth gate (waiting requests), >= 0
   --instances N          number of serving instances, integer >= 1
   --rate R               arrival rate, requests per second, > 0

@@ -3,7 +3,9 @@
  * `deno task run`: simulate one scenario and print a table (or JSON).
  */
 import { meanOf } from "../actors/distributions.ts";
+import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import { loadRouterPlugin } from "./router_plugin.ts";
 import {
   configFromFlags,
   parseFlags,
@@ -26,16 +28,18 @@ export interface RunReport extends RunResult {
   readonly scenario: SimulationConfig;
 }
 
-/** Simulates `config` and times it. */
-export function runScenario(config: SimulationConfig): RunReport {
+/** Simulates `config` (with a plugin's policy, if given) and times it. */
+export function runScenario(config: SimulationConfig, policy?: RoutingPolicy): RunReport {
   const start = performance.now();
-  const result = simulate(config);
+  const result = simulate(config, { policy });
   return { ...result, wallMs: performance.now() - start, scenario: config };
 }
 
-/** Describes the policy with its parameter, e.g. `hybrid(thr=1)`. */
-export function policyLabel(config: SimulationConfig): string {
-  return config.policy.name === "hybrid" ? `hybrid(thr=${config.policy.threshold})` : config.policy.name;
+/** Describes the policy with its parameter, e.g. `hybrid(thr=1)`, or a plugin's name. */
+export function policyLabel(report: RunResult & { readonly scenario: SimulationConfig }): string {
+  const { policy } = report.scenario;
+  if (report.policy !== policy.name) return `plugin ${report.policy}`;
+  return policy.name === "hybrid" ? `hybrid(thr=${policy.threshold})` : policy.name;
 }
 
 /** The human-readable table of one run. */
@@ -46,7 +50,7 @@ export function formatReport(report: RunReport): string {
     ? `${w.suffixTokens.value}`
     : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
   return [
-    `policy ${policyLabel(c)} · ${c.instances.count} instances · ${w.ratePerSec} req/s · seed ${c.seed}`,
+    `policy ${policyLabel(report)} · ${c.instances.count} instances · ${w.ratePerSec} req/s · seed ${c.seed}`,
     `workload: ${w.requests} requests, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
     `prefix ${p.tokens} + suffix ${suffix} tokens, cache ${c.instances.cacheCapacity} groups/instance`,
     "",
@@ -65,8 +69,8 @@ export function formatReport(report: RunReport): string {
       (report.simulatedMs / 1000).toFixed(1)
     } s simulated`,
     `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
-      (report.requests / report.wallMs).toFixed(0)
-    }k requests/s)`,
+      (report.requests / report.wallMs * 1000).toFixed(0)
+    } requests/s)`,
   ].join("\n");
 }
 
@@ -77,7 +81,9 @@ if (import.meta.main) {
       console.log(HELP);
       return;
     }
-    const report = runScenario(await configFromFlags(values));
+    const config = await configFromFlags(values);
+    const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
+    const report = runScenario(config, plugin?.policy);
     console.log(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
   });
 }

@@ -83,8 +83,10 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
   const isKey = (p: { values: Record<string, number | string> }) =>
     p.values[ZIPF] === KEY.zipf && p.values[FRAC] === KEY.sharedFrac;
   const keyPoints = operational.filter(isKey);
+  // Plugins get a row in both tables, over the same points as the four strategies.
+  const plugins = sweep.variants.filter((v) => v.pluginUrl !== undefined).map((v) => v.label);
   const table = (subset: typeof points) =>
-    missing.length > 0 ? [] : STRATEGIES.map((strategy): TableRow => {
+    missing.length > 0 ? [] : [...STRATEGIES, ...plugins].map((strategy): TableRow => {
       const rs = subset.map((p) => p.rows.get(strategy)!);
       return {
         strategy,
@@ -339,7 +341,9 @@ export function formatSummary(sweep: Sweep, study: Study, runs: number, requests
         `  ${r.strategy.padEnd(15)} ${r.ttftMeanMs.toFixed(1).padStart(8)}  ${f3(r.hitRate)}  ${
           f3(r.imbalance).padStart(9)
         }  |` +
-          ` ${o[0].toFixed(1).padStart(17)}  ${f3(o[1])}  ${f3(o[2]).padStart(9)}`,
+          (o
+            ? ` ${o[0].toFixed(1).padStart(17)}  ${f3(o[1])}  ${f3(o[2]).padStart(9)}`
+            : "  (plugin: not in the original study)"),
       );
     }
   };

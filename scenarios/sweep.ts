@@ -13,7 +13,8 @@ import { readJsonFile } from "./scenario.ts";
 import { studyCharts, toPng } from "./plots.ts";
 import { reportHtml } from "./report.ts";
 import { analyse, formatSummary } from "./study_findings.ts";
-import { parseSweep, type Sweep } from "./sweep_spec.ts";
+import { parseSweep, type Sweep, type SweepPlugin } from "./sweep_spec.ts";
+import { loadRouterPlugin } from "./router_plugin.ts";
 import { summarise, toCsv } from "./sweep_summary.ts";
 import { UsageError } from "./usage_error.ts";
 import { runOnWorkers } from "./worker_pool.ts";
@@ -29,6 +30,7 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --spec FILE      sweep file (default ${DEFAULT_SPEC}; format in README)
   --quick          the small preset ${QUICK_SPEC} (a corner of the default grid)
   --workers N      Worker threads, integer >= 1 (default: number of cores)
+  --router FILE.ts add a router plugin as one more policy of the sweep
   --out DIR        output directory (default results; results/quick with --quick)
   -h, --help       show this help`;
 
@@ -37,6 +39,7 @@ const OPTIONS = {
   quick: { type: "boolean" },
   workers: { type: "string" },
   out: { type: "string" },
+  router: { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -55,8 +58,8 @@ export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<s
   return files;
 }
 
-async function readSweep(path: string): Promise<Sweep> {
-  return parseSweep(await readJsonFile(path, "--spec"));
+async function readSweep(path: string, plugin?: SweepPlugin): Promise<Sweep> {
+  return parseSweep(await readJsonFile(path, "--spec"), plugin);
 }
 
 /** Progress on stderr: a bar on a terminal, a line every 10% otherwise. */
@@ -104,7 +107,11 @@ if (import.meta.main) {
     }
     // The quick preset must not overwrite the committed full results.
     const out = values.out ?? (values.quick ? "results/quick" : "results");
-    const sweep = await readSweep(values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC);
+    const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
+    const sweep = await readSweep(
+      values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC,
+      plugin && { name: plugin.policy.name, url: plugin.url },
+    );
 
     const abort = new AbortController();
     let writing = false;
@@ -116,7 +123,7 @@ if (import.meta.main) {
     const progress = progressReporter(sweep.runs.length);
     let results: RunResult[];
     try {
-      results = await runOnWorkers(sweep.runs.map((r) => r.config), {
+      results = await runOnWorkers(sweep.runs, {
         workers,
         signal: abort.signal,
         onProgress: (done) => progress.update(done),

@@ -5,7 +5,7 @@
  * that name the field; expanded into the list of runs.
  */
 import { z } from "zod";
-import { POLICY_NAMES, type PolicySpec } from "../actors/policies/mod.ts";
+import { POLICY_NAMES } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { deepMerge, parseScenario, scenarioPath } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
@@ -25,10 +25,22 @@ const sweepSchema = z.strictObject({
   seeds: z.array(z.number().int().min(0)).min(1),
 });
 
-/** One policy variant of a sweep, e.g. `hybrid` with threshold 2. */
-export interface PolicyVariant extends PolicySpec {
-  /** `hybrid(thr=2)`, `round_robin`, … */
+/** One policy variant of a sweep: a built-in policy (e.g. `hybrid` with threshold 2) or a plugin. */
+export interface PolicyVariant {
+  /** Built-in policy name, or the plugin's `name`. */
+  readonly name: string;
+  /** Hybrid's threshold; undefined otherwise. */
+  readonly threshold?: number;
+  /** `hybrid(thr=2)`, `round_robin`, a plugin's name… */
   readonly label: string;
+  /** The plugin module (`file:` URL), for a plugin variant. */
+  readonly pluginUrl?: string;
+}
+
+/** A router plugin to add to a sweep's policies. */
+export interface SweepPlugin {
+  readonly name: string;
+  readonly url: string;
 }
 
 /** One point of the grid: a value for every axis. */
@@ -44,6 +56,8 @@ export interface SweepRun {
   readonly variant: number;
   readonly seed: number;
   readonly config: SimulationConfig;
+  /** Plugin module that replaces `config.policy`, if any. */
+  readonly pluginUrl?: string;
 }
 
 /** A validated, expanded sweep. */
@@ -66,7 +80,7 @@ const RESERVED_AXES = ["seed", "policy", "policy.name", "policy.threshold"];
  * Validates a sweep spec and expands it.
  * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`).
  */
-export function parseSweep(input: unknown): Sweep {
+export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
   const parsed = sweepSchema.safeParse(input);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
@@ -108,6 +122,7 @@ export function parseSweep(input: unknown): Sweep {
     const thresholds = p.thresholds ?? [p.threshold ?? 1];
     return thresholds.map((threshold) => ({ name: p.name, threshold, label: `hybrid(thr=${threshold})` }));
   });
+  if (plugin) variants.push({ name: plugin.name, label: plugin.name, pluginUrl: plugin.url });
   const labels = variants.map((v) => v.label);
   const duplicate = labels.find((l, i) => labels.indexOf(l) !== i);
   if (duplicate) throw new UsageError(`sweep.policies: ${duplicate} is listed twice`);
@@ -128,15 +143,13 @@ export function parseSweep(input: unknown): Sweep {
     for (const axis of axes) scenario = deepMerge(scenario, nested(axis, point.values[axis]));
     variants.forEach((variant, v) => {
       for (const seed of spec.seeds) {
-        const policy = variant.name === "hybrid"
+        const policy = variant.pluginUrl
+          ? {} // the plugin replaces the scenario's policy
+          : variant.name === "hybrid"
           ? { name: variant.name, threshold: variant.threshold }
           : { name: variant.name };
-        runs.push({
-          point: point.index,
-          variant: v,
-          seed,
-          config: parseScenario(deepMerge(scenario, { seed, policy })),
-        });
+        const config = parseScenario(deepMerge(scenario, { seed, policy }));
+        runs.push({ point: point.index, variant: v, seed, config, pluginUrl: variant.pluginUrl });
       }
     });
   }

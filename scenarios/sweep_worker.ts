@@ -6,11 +6,15 @@
 /// <reference lib="deno.worker" />
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import type { RoutingPolicy } from "../actors/policies/policy.ts";
+import { loadPolicyModule } from "../actors/policies/plugin_policy.ts";
 
 /** A run for the worker. */
 export interface WorkerTask {
   readonly id: number;
   readonly config: SimulationConfig;
+  /** A router plugin replacing the config's policy. */
+  readonly pluginUrl?: string;
 }
 
 /** The worker's answer: a result or the failure's message. */
@@ -18,10 +22,17 @@ export type WorkerReply =
   | { readonly id: number; readonly result: RunResult }
   | { readonly id: number; readonly error: string };
 
-self.onmessage = (event: MessageEvent<WorkerTask>) => {
-  const { id, config } = event.data;
+const plugins = new Map<string, Promise<RoutingPolicy>>();
+
+self.onmessage = async (event: MessageEvent<WorkerTask>) => {
+  const { id, config, pluginUrl } = event.data;
   try {
-    self.postMessage({ id, result: simulate(config) } satisfies WorkerReply);
+    let policy: RoutingPolicy | undefined;
+    if (pluginUrl) {
+      if (!plugins.has(pluginUrl)) plugins.set(pluginUrl, loadPolicyModule(pluginUrl));
+      policy = await plugins.get(pluginUrl);
+    }
+    self.postMessage({ id, result: simulate(config, { policy }) } satisfies WorkerReply);
   } catch (error) {
     const message = error instanceof SimulationError
       ? error.message

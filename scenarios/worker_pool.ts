@@ -5,6 +5,12 @@
  * what, or how many there were.
  */
 import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
+
+/** One run for the pool: a config and, optionally, a router plugin replacing its policy. */
+export interface PoolTask {
+  readonly config: SimulationConfig;
+  readonly pluginUrl?: string;
+}
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import type { WorkerReply } from "./sweep_worker.ts";
 
@@ -23,7 +29,7 @@ export interface WorkerPoolOptions {
  * @throws {SimulationError} from the first run that fails (all Workers are terminated).
  */
 export function runOnWorkers(
-  configs: readonly SimulationConfig[],
+  configs: readonly PoolTask[],
   options: WorkerPoolOptions = {},
 ): Promise<RunResult[]> {
   const size = Math.max(1, Math.min(options.workers ?? navigator.hardwareConcurrency, configs.length));
@@ -46,7 +52,7 @@ export function runOnWorkers(
       const feed = () => {
         if (next < configs.length) {
           const id = next++;
-          worker.postMessage({ id, config: configs[id] });
+          worker.postMessage({ id, ...configs[id] });
         }
       };
       worker.onmessage = (event: MessageEvent<WorkerReply>) => {

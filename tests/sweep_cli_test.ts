@@ -65,3 +65,14 @@ Deno.test("Ctrl-C during a sweep exits 130 and leaves the previous results untou
   assertEquals(names, ["summary.txt"]);
   await Deno.remove(out, { recursive: true });
 });
+
+Deno.test("sweep --router adds the plugin as one more policy, in the CSV and the summary tables", async () => {
+  const out = await Deno.makeTempDir();
+  const { code, stderr } = await sweep(out, "--quick", "--router", "scenarios/plugins/cache_with_slack.ts")
+    .output();
+  assertEquals(code, 0, new TextDecoder().decode(stderr));
+  const csv = await Deno.readTextFile(`${out}/sweep_summary.csv`);
+  assertEquals(csv.split("\n").filter((line) => line.includes(",cache_with_slack,")).length, 8);
+  assertStringIncludes(await Deno.readTextFile(`${out}/summary.txt`), "cache_with_slack");
+  await Deno.remove(out, { recursive: true });
+});

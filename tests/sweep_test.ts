@@ -13,7 +13,7 @@ const root = new URL("..", import.meta.url);
 const quick = parseSweep(JSON.parse(await Deno.readTextFile(new URL("scenarios/sweeps/quick.json", root))));
 
 async function quickCsv(workers: number) {
-  const results = await runOnWorkers(quick.runs.map((r) => r.config), { workers });
+  const results = await runOnWorkers(quick.runs, { workers });
   return { csv: toCsv(quick, summarise(quick, results)), results };
 }
 
@@ -45,7 +45,7 @@ Deno.test("the worker pool reports a failing run as an error and stops", async (
   const bad = { ...quick.runs[0].config, workload: { ...quick.runs[0].config.workload, ratePerSec: -1 } };
   let message = "";
   try {
-    await runOnWorkers([quick.runs[0].config, bad], { workers: 1 });
+    await runOnWorkers([quick.runs[0], { config: bad }], { workers: 1 });
   } catch (error) {
     message = (error as Error).message;
   }

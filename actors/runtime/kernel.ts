@@ -54,10 +54,18 @@ export interface ActorContext<M extends Message> {
   random(): number;
 }
 
+/** Called for every delivery, before the actor handles the message. */
+export type DeliveryTap = (message: Message, to: ActorRef<Message>, timeMs: number) => void;
+
 /** Options for {@linkcode Kernel}. */
 export interface KernelOptions {
   /** Seed from which every actor's random stream is derived. @default 0 */
   readonly seed?: number;
+  /**
+   * Observes every delivery (live views, tracing). It must not send: it sees
+   * the world, it does not act in it. @default undefined
+   */
+  readonly onDeliver?: DeliveryTap;
 }
 
 /** Options for {@linkcode Kernel.run}. */
@@ -108,6 +116,7 @@ class KernelContext<M extends Message> implements ActorContext<M> {
  */
 export class Kernel {
   readonly #seed: number;
+  readonly #onDeliver: DeliveryTap | undefined;
   readonly #queue = new EventQueue<Message>();
   readonly #actors: Actor<Message>[] = [];
   readonly #contexts: KernelContext<Message>[] = [];
@@ -119,6 +128,7 @@ export class Kernel {
 
   constructor(options: KernelOptions = {}) {
     this.#seed = options.seed ?? 0;
+    this.#onDeliver = options.onDeliver;
   }
 
   /** Current simulated time in milliseconds. */
@@ -161,9 +171,17 @@ export class Kernel {
     return this.#actors[ref] as A;
   }
 
-  /** Sends a message from outside any actor, `delayMs` from now. */
-  send<M extends Message>(to: ActorRef<M>, message: M, delayMs = 0): void {
-    this.enqueue(to, message, delayMs, -1);
+  /**
+   * Sends a message from outside any actor, `delayMs` from now.
+   * @returns its id, which {@linkcode Kernel.cancel} accepts.
+   */
+  send<M extends Message>(to: ActorRef<M>, message: M, delayMs = 0): TimerId {
+    return this.enqueue(to, message, delayMs, -1) as TimerId;
+  }
+
+  /** Cancels a message sent with {@linkcode Kernel.send} before it is delivered. */
+  cancel(id: TimerId): void {
+    this.cancelTimer(id);
   }
 
   /** @internal Used by contexts; returns the message's `seq`. */
@@ -239,6 +257,7 @@ export class Kernel {
     const to = queue.poppedTo;
     this.#now = queue.poppedTimeMs;
     this.#delivered++;
+    if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
     try {
       this.#actors[to].handle(message, this.#contexts[to]);
     } catch (error) {

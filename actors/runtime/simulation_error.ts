@@ -13,12 +13,18 @@
  *   index of an instance.
  * - `invariant_broken`: an end-of-run check failed, such as the conservation
  *   of requests (completed + dropped + in flight = arrivals).
+ * - `actor_timeout` (Worker runtime): an actor did not finish handling a
+ *   message within the handler timeout (a policy that never returns).
+ * - `worker_crashed` (Worker runtime): an actor's Worker died outside any
+ *   handler (an uncaught asynchronous error, a failed module load).
  */
 export type SimulationErrorKind =
   | "actor_threw"
   | "unknown_actor"
   | "invalid_choice"
-  | "invariant_broken";
+  | "invariant_broken"
+  | "actor_timeout"
+  | "worker_crashed";
 
 /** Where in the run the failure happened. */
 export interface SimulationErrorContext {

@@ -1,0 +1,42 @@
+/**
+ * @module
+ * Builds each actor of the model from plain, structured-cloneable arguments,
+ * so a Worker can construct it from a message. The virtual and the real-time
+ * runs use the same actor classes; only where they are built differs.
+ */
+import { MetricsCollector } from "./metrics_collector.ts";
+import { createPolicy, type PolicySpec } from "./policies/mod.ts";
+import { loadPolicyModule } from "./policies/plugin_policy.ts";
+import type { MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
+import { Router } from "./router.ts";
+import type { ActorRef } from "./runtime/kernel.ts";
+import { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
+
+/** The router, with a built-in policy or, when `pluginUrl` is given, a plugin's. */
+export async function createRouter(
+  instances: readonly ActorRef<ServeCommand>[],
+  policy: PolicySpec,
+  pluginUrl?: string,
+): Promise<Router> {
+  return new Router(instances, pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(policy));
+}
+
+/** One FIFO serving instance. */
+export function createInstance(
+  index: number,
+  options: FifoInstanceOptions,
+  metrics: ActorRef<MetricsCommand>,
+): ServingInstance {
+  return new ServingInstance(index, options, metrics);
+}
+
+/** The workload source. */
+export function createSource(options: WorkloadOptions, router: ActorRef<RouteCommand>): WorkloadSource {
+  return new WorkloadSource(options, router);
+}
+
+/** The metrics collector. */
+export function createMetrics(instanceCount: number): MetricsCollector {
+  return new MetricsCollector(instanceCount);
+}

@@ -1,0 +1,146 @@
+/**
+ * @module
+ * One run in real time: the metrics collector stays in this thread, the
+ * source, the router and each instance run in their own Worker, and a wall
+ * clock paces the central kernel at `speed` simulated ms per wall ms.
+ */
+import { MetricsCollector } from "./metrics_collector.ts";
+import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
+import type { ActorRef, DeliveryTap } from "./runtime/kernel.ts";
+import { SimulationError } from "./runtime/simulation_error.ts";
+import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
+import { type LagStats, WorkerRuntime } from "./runtime/worker_runtime.ts";
+import type { RunResult, SimulationConfig } from "./simulation.ts";
+
+const ENTRY = new URL("./model_worker.ts", import.meta.url);
+
+/** Options for {@linkcode simulateRealtime}. */
+export interface RealtimeOptions {
+  /** Simulated ms per wall ms. */
+  readonly speed: number;
+  /** The wall time source, supplied by the caller (see scenarios/wall_time.ts). */
+  readonly wallTime: WallTime;
+  /** A router plugin module (`file:` URL); its Worker may read only that file. */
+  readonly pluginUrl?: string;
+  /** Observes every delivery (for a live view). */
+  readonly onDeliver?: DeliveryTap;
+  /** Aborting stops the run (`AbortError`); Workers are terminated. */
+  readonly signal?: AbortSignal;
+  /** Wall ms a Worker may take to handle one message. @default 5000 */
+  readonly handlerTimeoutMs?: number;
+  /** Policy name to report (a plugin's `name`). @default config.policy.name */
+  readonly policyName?: string;
+  /** Called once every Worker is ready, with live handles (for views and partial reports). */
+  readonly onStart?: (live: LiveHandles) => void;
+}
+
+/** What a live view can read while the run goes on. */
+export interface LiveHandles {
+  /** The metrics collector (in this thread). */
+  readonly metrics: MetricsCollector;
+  /** Lag over the most recent deliveries. */
+  readonly lag: () => LagStats;
+}
+
+/** A real-time run's metrics and how far the wall clock fell behind. */
+export interface RealtimeResult extends RunResult {
+  readonly lag: LagStats;
+  readonly speed: number;
+}
+
+/**
+ * Runs `config` with actors in Workers against the wall clock.
+ * @throws {SimulationError} naming the actor (and plugin), message type and time.
+ */
+export async function simulateRealtime(
+  config: SimulationConfig,
+  options: RealtimeOptions,
+): Promise<RealtimeResult> {
+  const count = config.instances.count;
+  const servedBy = new Array<number>(count).fill(0);
+  let arrivals = 0;
+  const tap: DeliveryTap = (message, to, timeMs) => {
+    const m = message as AnyMessage;
+    if (m.type === "route") arrivals++;
+    else if (m.type === "serve") servedBy[instanceIndex.get(to)!]++;
+    options.onDeliver?.(message, to, timeMs);
+  };
+  const instanceIndex = new Map<number, number>();
+  const runtime = new WorkerRuntime({
+    seed: config.seed,
+    onDeliver: tap,
+    handlerTimeoutMs: options.handlerTimeoutMs,
+  });
+  try {
+    const collector = new MetricsCollector(count);
+    const metrics = runtime.spawnLocal<MetricsCommand>("metrics", collector);
+    const instances = Array.from({ length: count }, (_, i) => {
+      const ref = runtime.spawnRemote<ServeCommand>(`instance/${i}`, {
+        entry: ENTRY,
+        factory: "createInstance",
+        args: [i, config.instances, metrics],
+      });
+      instanceIndex.set(ref, i);
+      return ref;
+    });
+    const plugin = options.pluginUrl;
+    const router = runtime.spawnRemote<RouteCommand>("router", {
+      entry: ENTRY,
+      factory: "createRouter",
+      args: [instances, config.policy, plugin],
+      permissions: plugin
+        ? {
+          read: [new URL(plugin)],
+          write: false,
+          net: false,
+          env: false,
+          run: false,
+          ffi: false,
+          sys: false,
+          import: false,
+        }
+        : "none",
+      label: plugin ? `plugin ${plugin.split("/").pop()}` : undefined,
+    });
+    const source = runtime.spawnRemote("source", {
+      entry: ENTRY,
+      factory: "createSource",
+      args: [config.workload, router],
+    }) as ActorRef<{ type: "start" }>;
+    await runtime.start();
+    options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
+    const clock = new WallClock(options.wallTime, options.speed);
+    runtime.kernel.send(source, { type: "start" });
+    await runtime.run(clock, { signal: options.signal, untilMs: config.untilMs });
+
+    const summary = collector.summary();
+    let pending = 0;
+    runtime.kernel.forEachPending((message, _to, timeMs) => {
+      const m = message as AnyMessage;
+      if ((m.type === "route" && timeMs <= runtime.kernel.nowMs) || m.type === "serve") pending++;
+    });
+    const dropped = summary.dropped;
+    const held = servedBy.reduce((a, served, i) => a + served - summary.perInstanceCompleted[i], 0) - dropped;
+    const inFlight = held + pending;
+    const result: RealtimeResult = {
+      policy: options.policyName ?? config.policy.name,
+      requests: arrivals,
+      inFlight,
+      ...summary,
+      simulatedMs: runtime.kernel.nowMs,
+      messages: runtime.kernel.messagesDelivered,
+      lag: runtime.lagStats(),
+      speed: options.speed,
+    };
+    if (summary.completed + dropped + inFlight !== arrivals) {
+      throw new SimulationError(
+        "invariant_broken",
+        `requests not conserved: completed ${summary.completed} + dropped ${dropped} + in flight ${inFlight} != arrivals ${arrivals}`,
+        { timeMs: runtime.kernel.nowMs },
+      );
+    }
+    return result;
+  } finally {
+    runtime.terminate();
+  }
+}
