@@ -10,7 +10,9 @@ import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
 import { Router } from "./router.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
-import { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+import type { BatchingInstance } from "./batching_instance.ts";
+import type { ServingInstance } from "./serving_instance.ts";
+import { createServingInstance, type InstancesConfig } from "./simulation.ts";
 import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
 
 /** The router, with a built-in policy or, when `pluginUrl` is given, a plugin's. */
@@ -22,13 +24,13 @@ export async function createRouter(
   return new Router(instances, pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(policy));
 }
 
-/** One FIFO serving instance. */
+/** One serving instance of the configured model. */
 export function createInstance(
   index: number,
-  options: FifoInstanceOptions,
+  options: InstancesConfig,
   metrics: ActorRef<MetricsCommand>,
-): ServingInstance {
-  return new ServingInstance(index, options, metrics);
+): ServingInstance | BatchingInstance {
+  return createServingInstance(index, options, metrics);
 }
 
 /** The workload source. */

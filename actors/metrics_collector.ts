@@ -4,7 +4,7 @@
  * statistics (no per-request arrays), and summarises them at the end of a run.
  */
 import * as hdr from "hdr-histogram-js";
-import { assertNever, type DropReason, type MetricsCommand } from "./protocol.ts";
+import { assertNever, type DropReason, type InstanceStats, type MetricsCommand } from "./protocol.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
 
 /** The summary of one run's requests; each field is defined in design.md. */
@@ -37,6 +37,16 @@ export interface RequestMetrics {
   readonly busyImbalanceCv: number;
   /** Completed requests per simulated second, first arrival to last completion. */
   readonly throughputRps: number;
+  /** Mean time per output token after the first, ms, over requests with more than one output token. */
+  readonly tpotMeanMs: number;
+  /** Output tokens per simulated second (first arrival to last completion). */
+  readonly outputTokensPerSec: number;
+  /** Prompt plus output tokens per simulated second. */
+  readonly tokensPerSec: number;
+  /** Time-weighted mean share of KV blocks in use, over instances reporting KV (batching model); 0 otherwise. */
+  readonly kvUtilizationMean: number;
+  /** Preemptions, all instances. */
+  readonly preemptions: number;
   /** Completed requests per instance. */
   readonly perInstanceCompleted: readonly number[];
   /** Busy time per instance, ms. */
@@ -54,7 +64,11 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   });
   readonly #perInstanceCompleted: number[];
   readonly #perInstanceBusyMs: number[];
-  readonly #droppedByReason: Record<DropReason, number> = { queue_full: 0 };
+  readonly #droppedByReason: Record<DropReason, number> = { queue_full: 0, too_long: 0 };
+  readonly #stats: (InstanceStats | undefined)[];
+  #tpotSumMs = 0;
+  #tpotCount = 0;
+  #outputTokens = 0;
   #completed = 0;
   #dropped = 0;
   #ttftSumMs = 0;
@@ -69,6 +83,7 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   constructor(instanceCount: number) {
     this.#perInstanceCompleted = new Array(instanceCount).fill(0);
     this.#perInstanceBusyMs = new Array(instanceCount).fill(0);
+    this.#stats = new Array(instanceCount).fill(undefined);
   }
 
   /** Requests completed so far. */
@@ -94,6 +109,11 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         if (r.cachedTokens > 0) this.#hits++;
         this.#promptTokens += r.promptTokens;
         this.#cachedTokens += r.cachedTokens;
+        this.#outputTokens += r.outputTokens;
+        if (r.outputTokens > 1) {
+          this.#tpotSumMs += (r.endMs - r.firstTokenMs) / (r.outputTokens - 1);
+          this.#tpotCount++;
+        }
         this.#perInstanceCompleted[r.instance]++;
         this.#perInstanceBusyMs[r.instance] += r.endMs - r.startMs;
         if (r.arrivalMs < this.#firstArrivalMs) this.#firstArrivalMs = r.arrivalMs;
@@ -103,6 +123,9 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       case "dropped":
         this.#dropped++;
         this.#droppedByReason[message.reason]++;
+        break;
+      case "instance_stats":
+        this.#stats[message.instance] = message;
         break;
       default:
         assertNever(message);
@@ -115,6 +138,8 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     const h = this.#ttftMicros;
     const percentileMs = (p: number) => n === 0 ? 0 : h.getValueAtPercentile(p) / 1000;
     const spanMs = this.#lastEndMs - this.#firstArrivalMs;
+    const perSec = (count: number) => spanMs > 0 ? count / (spanMs / 1000) : 0;
+    const reported = this.#stats.filter((s): s is InstanceStats => s !== undefined && s.kvBlocks > 0);
     return {
       completed: n,
       dropped: this.#dropped,
@@ -130,7 +155,14 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       imbalance: rangeOverMean(this.#perInstanceCompleted),
       imbalanceCv: coefficientOfVariation(this.#perInstanceCompleted),
       busyImbalanceCv: coefficientOfVariation(this.#perInstanceBusyMs),
-      throughputRps: spanMs > 0 ? n / (spanMs / 1000) : 0,
+      throughputRps: perSec(n),
+      tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
+      outputTokensPerSec: perSec(this.#outputTokens),
+      tokensPerSec: perSec(this.#outputTokens + this.#promptTokens),
+      kvUtilizationMean: reported.length === 0 || spanMs <= 0
+        ? 0
+        : reported.reduce((a, s) => a + s.kvBlockMs / s.kvBlocks, 0) / reported.length / spanMs,
+      preemptions: this.#stats.reduce((a, s) => a + (s?.preemptions ?? 0), 0),
       perInstanceCompleted: [...this.#perInstanceCompleted],
       perInstanceBusyMs: [...this.#perInstanceBusyMs],
     };

@@ -20,6 +20,15 @@ export interface Request {
   readonly suffixTokens: number;
   /** Tokens to generate. */
   readonly outputTokens: number;
+  /**
+   * Explicit prefix keys (trace replay): key i identifies tokens
+   * `[i × keyTokens, (i+1) × keyTokens)` *and every token before them*, so
+   * equal keys at position i mean an equal prefix. Absent: the block-level
+   * model derives a key chain from `prefixGroup` covering `prefixTokens`.
+   */
+  readonly prefixKeys?: readonly number[];
+  /** Tokens each of `prefixKeys` covers (a multiple of the instance's block size). */
+  readonly keyTokens?: number;
 }
 
 // ---- Workload source -------------------------------------------------------
@@ -69,13 +78,19 @@ export interface ServeCommand {
   readonly replyTo: ActorRef<InstanceStatus>;
 }
 
-/** Commands a serving instance accepts. */
+/** Commands the FIFO serving instance accepts. */
 export type InstanceCommand =
   | ServeCommand
   /** Internal timer: the request in service finished its prefill. */
   | { readonly type: "prefill_done" }
   /** Internal timer: the request in service finished decoding. */
   | { readonly type: "decode_done" };
+
+/** Commands the continuous-batching instance accepts. */
+export type BatchingCommand =
+  | ServeCommand
+  /** Internal timer: the engine step in progress ended. */
+  | { readonly type: "step_done" };
 
 // ---- Metrics collector -----------------------------------------------------
 
@@ -92,14 +107,34 @@ export interface CompletionRecord {
   /** Prompt tokens found in the instance's cache. */
   readonly cachedTokens: number;
   readonly outputTokens: number;
+  /** Times this request was preempted (batching model). */
+  readonly preemptions?: number;
 }
 
-/** Why a request was dropped. `queue_full`: the instance's `maxQueue` was reached. */
-export type DropReason = "queue_full";
+/** An instance's running totals, sent to the metrics collector whenever it goes idle. */
+export interface InstanceStats {
+  readonly type: "instance_stats";
+  readonly instance: number;
+  /** Integral of KV blocks in use over time, block·ms. */
+  readonly kvBlockMs: number;
+  /** KV capacity, blocks. */
+  readonly kvBlocks: number;
+  /** Preemptions so far. */
+  readonly preemptions: number;
+  /** Engine steps run so far. */
+  readonly steps: number;
+}
+
+/**
+ * Why a request was dropped. `queue_full`: the instance's `maxQueue` was
+ * reached. `too_long`: its prompt needs more KV blocks than the instance has.
+ */
+export type DropReason = "queue_full" | "too_long";
 
 /** Commands the metrics collector accepts. */
 export type MetricsCommand =
   | { readonly type: "completed"; readonly record: CompletionRecord }
+  | InstanceStats
   | {
     readonly type: "dropped";
     readonly requestId: number;
@@ -109,7 +144,7 @@ export type MetricsCommand =
   };
 
 /** Any message of the protocol. */
-export type AnyMessage = SourceCommand | RouterCommand | InstanceCommand | MetricsCommand;
+export type AnyMessage = SourceCommand | RouterCommand | InstanceCommand | BatchingCommand | MetricsCommand;
 
 /** Fails loudly on a message no `case` handled. */
 export function assertNever(message: never): never {

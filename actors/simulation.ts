@@ -6,17 +6,41 @@
 import { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 import { createPolicy, type PolicySpec } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
-import type { AnyMessage } from "./protocol.ts";
+import type { AnyMessage, MetricsCommand, ServeCommand } from "./protocol.ts";
 import { Router } from "./router.ts";
 import { Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+import { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
+import type { EnginePresetName } from "./engine_presets.ts";
+import type { Actor, ActorRef } from "./runtime/kernel.ts";
 import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
 
-/** Instance fleet: how many, and the FIFO model's parameters. */
+/** The continuous-batching engine, resolved from a preset plus overrides. */
+export interface EngineConfig extends Omit<BatchingInstanceOptions, "maxQueue"> {
+  /** The preset the values started from. */
+  readonly preset: EnginePresetName;
+}
+
+/** Instance fleet: how many, which model, and each model's parameters. */
 export interface InstancesConfig extends FifoInstanceOptions {
   /** Number of serving instances. */
   readonly count: number;
+  /** `fifo`: the original study's one-at-a-time model; `batching`: continuous batching. @default "fifo" */
+  readonly model: "fifo" | "batching";
+  /** The batching engine (used when `model` is `batching`). */
+  readonly engine: EngineConfig;
+}
+
+/** Builds one serving instance of the configured model. */
+export function createServingInstance(
+  index: number,
+  config: InstancesConfig,
+  metrics: ActorRef<MetricsCommand>,
+): ServingInstance | BatchingInstance {
+  return config.model === "batching"
+    ? new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics)
+    : new ServingInstance(index, config, metrics);
 }
 
 /** A complete, validated description of one run. */
@@ -66,9 +90,11 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   const metrics = kernel.spawn("metrics", metricsCollector);
   const instances = Array.from(
     { length: count },
-    (_, i) => new ServingInstance(i, config.instances, metrics),
+    (_, i) => createServingInstance(i, config.instances, metrics),
   );
-  const instanceRefs = instances.map((instance, i) => kernel.spawn(`instance/${i}`, instance));
+  const instanceRefs = instances.map((instance, i) =>
+    kernel.spawn<ServeCommand>(`instance/${i}`, instance as unknown as Actor<ServeCommand>)
+  );
   const policy = options.policy ?? createPolicy(config.policy);
   const router = kernel.spawn("router", new Router(instanceRefs, policy));
   const source = new WorkloadSource(config.workload, router);
@@ -101,7 +127,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
  * instance's queue or service, or in a message not yet delivered. A `route`
  * message stamped after the stop time is a request that has not arrived.
  */
-function countRequestsHeld(kernel: Kernel, instances: readonly ServingInstance[]) {
+function countRequestsHeld(kernel: Kernel, instances: readonly { waiting: number; running: number }[]) {
   let inFlight = 0, notYetArrived = 0;
   for (const instance of instances) inFlight += instance.waiting + instance.running;
   kernel.forEachPending((message, _to, timeMs) => {

@@ -5,6 +5,7 @@
  * path, the value and what was expected.
  */
 import { z } from "zod";
+import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
 import { POLICY_NAMES } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { UsageError } from "./usage_error.ts";
@@ -38,6 +39,33 @@ export const scenarioSchema = z.strictObject({
     serviceTime: z.enum(["deterministic", "exponential"]).default("deterministic"),
     cacheCapacity: count(0).default(16),
     maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
+    model: z.enum(["fifo", "batching"]).default("fifo"),
+    engine: z.strictObject({
+      preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
+      stepMs: z.number().min(0).optional(),
+      prefillMsPerToken: z.number().min(0).optional(),
+      decodeMsPerSeq: z.number().min(0).optional(),
+      requestOverheadMs: z.number().min(0).optional(),
+      kvBlocks: count(1).optional(),
+      blockTokens: count(1).default(16),
+      maxBatchTokens: count(1).default(2048),
+      maxSeqs: count(1).default(256),
+      prefixCaching: z.boolean().default(true),
+    }).prefault({}).transform((e) => {
+      const preset = ENGINE_PRESETS[e.preset];
+      return {
+        preset: e.preset,
+        stepMs: e.stepMs ?? preset.stepMs,
+        prefillMsPerToken: e.prefillMsPerToken ?? preset.prefillMsPerToken,
+        decodeMsPerSeq: e.decodeMsPerSeq ?? preset.decodeMsPerSeq,
+        requestOverheadMs: e.requestOverheadMs ?? preset.requestOverheadMs,
+        kvBlocks: e.kvBlocks ?? preset.kvBlocks,
+        blockTokens: e.blockTokens,
+        maxBatchTokens: e.maxBatchTokens,
+        maxSeqs: e.maxSeqs,
+        prefixCaching: e.prefixCaching,
+      };
+    }),
   }).prefault({}),
   workload: z.strictObject({
     requests: count(1).default(20_000),

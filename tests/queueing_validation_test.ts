@@ -5,23 +5,16 @@
  */
 import { assertAlmostEquals } from "@std/assert";
 import { simulate } from "../actors/simulation.ts";
+import { scenario } from "./_scenarios.ts";
 
 const SERVICE_MS = 100; // μ = 10 per second per instance
 const INSTANCES = 4;
 
 function measuredWaitMs(serviceTime: "deterministic" | "exponential", rho: number, requests: number): number {
-  const result = simulate({
+  const result = simulate(scenario({
     seed: 11,
     policy: { name: "random" },
-    instances: {
-      count: INSTANCES,
-      overheadMs: 0,
-      prefillMsPerToken: 1,
-      decodeMsPerToken: 0,
-      serviceTime,
-      cacheCapacity: 0,
-      maxQueue: Infinity,
-    },
+    instances: { count: INSTANCES, overheadMs: 0, prefillMsPerToken: 1, decodeMsPerToken: 0, serviceTime, cacheCapacity: 0 },
     workload: {
       requests,
       ratePerSec: INSTANCES * rho * (1000 / SERVICE_MS),
@@ -29,7 +22,7 @@ function measuredWaitMs(serviceTime: "deterministic" | "exponential", rho: numbe
       suffixTokens: { dist: "constant", value: SERVICE_MS },
       outputTokens: { dist: "constant", value: 0 },
     },
-  });
+  }));
   return result.queueWaitMeanMs;
 }
 

@@ -14,6 +14,19 @@ Deno.test("an empty scenario gets every documented default", () => {
     serviceTime: "deterministic",
     cacheCapacity: 16,
     maxQueue: Infinity,
+    model: "fifo",
+    engine: {
+      preset: "qwen2.5-7b",
+      stepMs: 7.05,
+      prefillMsPerToken: 0.0195,
+      decodeMsPerSeq: 0.0254,
+      requestOverheadMs: 4.67,
+      kvBlocks: 67659,
+      blockTokens: 16,
+      maxBatchTokens: 2048,
+      maxSeqs: 256,
+      prefixCaching: true,
+    },
   });
   assertEquals(c.workload.prefix, { groups: 100, zipf: 1, sharedFrac: 0.5, tokens: 1024 });
   assertEquals([c.workload.requests, c.workload.ratePerSec], [20_000, 35]);

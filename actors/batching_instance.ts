@@ -1,0 +1,400 @@
+/**
+ * @module
+ * A continuous-batching serving instance (vLLM-like): the engine runs steps;
+ * each step packs the decoding sequences and prefill chunks up to a token
+ * budget and a sequence limit; step time = stepMs + prefillMsPerToken ×
+ * prefill tokens + decodeMsPerSeq × decoding sequences. KV memory is counted
+ * in blocks with prefix caching by block key, LRU eviction of unreferenced
+ * blocks and preemption (recompute) when blocks run out.
+ */
+import { KvBlockCache } from "./kv_block_cache.ts";
+import {
+  assertNever,
+  type BatchingCommand,
+  type InstanceStatus,
+  type MetricsCommand,
+  type Request,
+  type ServeCommand,
+} from "./protocol.ts";
+import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+
+/** Options for {@linkcode BatchingInstance}. */
+export interface BatchingInstanceOptions {
+  /** Fixed cost of a step, ms. */
+  readonly stepMs: number;
+  /** Cost per prefill token in a step, ms. */
+  readonly prefillMsPerToken: number;
+  /** Cost per decoding sequence in a step, ms. */
+  readonly decodeMsPerSeq: number;
+  /** Per-request overhead outside the engine, added to first-token and end times, ms. */
+  readonly requestOverheadMs: number;
+  /** Tokens per KV block. @default 16 */
+  readonly blockTokens: number;
+  /** KV capacity in blocks. */
+  readonly kvBlocks: number;
+  /** Token budget of one step (prefill tokens + one per decoding sequence). @default 2048 */
+  readonly maxBatchTokens: number;
+  /** Most sequences running at once. @default 256 */
+  readonly maxSeqs: number;
+  /** Reuse cached prefix blocks. @default true */
+  readonly prefixCaching: boolean;
+  /** Requests that may wait for admission; more are dropped (`queue_full`). */
+  readonly maxQueue: number;
+}
+
+/** Key space of the implicit per-group chains (group g's block j → (g + 1) × 2^20 + j). */
+const GROUP_KEY_STRIDE = 2 ** 20;
+
+const STEP_DONE: BatchingCommand = Object.freeze({ type: "step_done" });
+
+/** One admitted request. */
+interface Sequence {
+  readonly command: ServeCommand;
+  readonly request: Request;
+  /**
+   * Tokens whose KV the sequence holds once computed: the prompt, then one
+   * more per decode step; after a preemption, prompt + tokens generated.
+   */
+  target: number;
+  /** Tokens of `target` computed (cached tokens count as computed). */
+  computed: number;
+  /** Output tokens produced. */
+  generated: number;
+  /** Prompt tokens found cached at first admission. */
+  cachedTokens: number;
+  /** Cached keys this sequence references (`0..keys−1`). */
+  keys: number;
+  /** Blocks held privately. */
+  privateBlocks: number;
+  /** Tokens scheduled in the current step (0: not in the step). */
+  chunk: number;
+  startMs: number;
+  firstTokenMs: number;
+  preemptions: number;
+  readonly keyAt: (index: number) => number;
+  /** Full blocks of the prompt that carry a key. */
+  readonly keyedBlocks: number;
+}
+
+/**
+ * Serves requests by continuous batching. Reports `status` to the router on
+ * every accepted request and after each step that changed its counts, each
+ * finished request to the metrics collector, and its running totals
+ * (`instance_stats`) whenever it goes idle.
+ */
+export class BatchingInstance implements Actor<BatchingCommand> {
+  readonly index: number;
+  readonly cache: KvBlockCache;
+  readonly #options: BatchingInstanceOptions;
+  readonly #metrics: ActorRef<MetricsCommand>;
+  #waiting: Sequence[] = [];
+  #waitingHead = 0;
+  readonly #running: Sequence[] = [];
+  #stepping = false;
+  #replyTo: ActorRef<InstanceStatus> | undefined;
+  #evictedGroups: number[] = [];
+  readonly #groupOfFirstKey = new Map<number, number>();
+  #lastReported = "";
+  #preemptions = 0;
+  #steps = 0;
+  #kvBlockMs = 0;
+  #lastAccountMs = 0;
+
+  constructor(index: number, options: BatchingInstanceOptions, metrics: ActorRef<MetricsCommand>) {
+    this.index = index;
+    this.#options = options;
+    this.#metrics = metrics;
+    this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
+    this.cache.onEvict = (key) => {
+      const group = this.#groupOfFirstKey.get(key);
+      if (group !== undefined) {
+        this.#groupOfFirstKey.delete(key);
+        this.#evictedGroups.push(group);
+      }
+    };
+  }
+
+  /** Requests waiting for admission. */
+  get waiting(): number {
+    return this.#waiting.length - this.#waitingHead;
+  }
+
+  /** Sequences admitted and not finished. */
+  get running(): number {
+    return this.#running.length;
+  }
+
+  handle(message: BatchingCommand, ctx: ActorContext<BatchingCommand>): void {
+    switch (message.type) {
+      case "serve":
+        this.#accept(message, ctx);
+        break;
+      case "step_done":
+        this.#stepDone(ctx);
+        break;
+      default:
+        assertNever(message);
+    }
+  }
+
+  #accept(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
+    this.#replyTo = command.replyTo;
+    const { request } = command;
+    const options = this.#options;
+    const prompt = request.prefixTokens + request.suffixTokens;
+    const drop = (reason: "queue_full" | "too_long") =>
+      ctx.send(this.#metrics, { type: "dropped", requestId: request.id, instance: this.index, timeMs: ctx.now(), reason });
+    if (Math.ceil((prompt + Math.max(1, request.outputTokens)) / options.blockTokens) > options.kvBlocks) {
+      drop("too_long");
+      return;
+    }
+    if (this.waiting >= options.maxQueue) {
+      drop("queue_full");
+      return;
+    }
+    const seq = this.#sequence(command);
+    this.#waiting.push(seq);
+    // Advertise the request's group at once, as the FIFO model does: by the
+    // time later requests run, this one will have computed it.
+    let added: number | undefined;
+    if (request.prefixGroup >= 0 && options.prefixCaching && seq.keyedBlocks > 0) {
+      const first = seq.keyAt(0);
+      if (!this.#groupOfFirstKey.has(first)) {
+        this.#groupOfFirstKey.set(first, request.prefixGroup);
+        added = request.prefixGroup;
+      }
+    }
+    if (!this.#stepping) this.#startStep(ctx);
+    this.#report(ctx, added, true);
+  }
+
+  #sequence(command: ServeCommand): Sequence {
+    const { request } = command;
+    const B = this.#options.blockTokens;
+    const prompt = request.prefixTokens + request.suffixTokens;
+    let keyAt: (index: number) => number;
+    let keyedTokens: number;
+    if (request.prefixKeys !== undefined && request.keyTokens !== undefined) {
+      const keys = request.prefixKeys;
+      const per = request.keyTokens / B;
+      keyAt = (j) => keys[Math.floor(j / per)] * per + (j % per);
+      keyedTokens = Math.min(prompt, keys.length * request.keyTokens);
+    } else if (request.prefixGroup >= 0) {
+      const base = (request.prefixGroup + 1) * GROUP_KEY_STRIDE;
+      keyAt = (j) => base + j;
+      keyedTokens = Math.min(prompt, request.prefixTokens);
+    } else {
+      keyAt = () => -1;
+      keyedTokens = 0;
+    }
+    return {
+      command,
+      request,
+      target: prompt,
+      computed: 0,
+      generated: 0,
+      cachedTokens: -1,
+      keys: 0,
+      privateBlocks: 0,
+      chunk: 0,
+      startMs: -1,
+      firstTokenMs: -1,
+      preemptions: 0,
+      keyAt,
+      keyedBlocks: Math.floor(keyedTokens / B),
+    };
+  }
+
+  /** Builds and starts the next step, if there is work. */
+  #startStep(ctx: ActorContext<BatchingCommand>): void {
+    const o = this.#options, B = o.blockTokens;
+    let budget = o.maxBatchTokens;
+    let prefillTokens = 0, decoding = 0;
+    const running = this.#running;
+    for (let i = 0; i < running.length && budget > 0; i++) {
+      const seq = running[i];
+      if (seq.computed < seq.target) {
+        seq.chunk = Math.min(seq.target - seq.computed, budget);
+        budget -= seq.chunk;
+        prefillTokens += seq.chunk;
+        continue;
+      }
+      // Decoding: the next token needs room in the sequence's last block.
+      const tokens = seq.target + 1;
+      if (tokens > (seq.keys + seq.privateBlocks) * B) {
+        if (!this.#allocateOrPreempt(seq, ctx)) {
+          i--; // `seq` itself was preempted; the list shifted
+          continue;
+        }
+      }
+      seq.chunk = 1;
+      budget -= 1;
+      decoding++;
+    }
+    // Admit waiting requests, in order, while budget, sequence slots and blocks allow.
+    while (budget > 0 && running.length < o.maxSeqs && this.waiting > 0) {
+      const seq = this.#waiting[this.#waitingHead];
+      if (!this.#admit(seq, ctx)) break;
+      this.#waitingHead++;
+      running.push(seq);
+      seq.chunk = Math.min(seq.target - seq.computed, budget);
+      budget -= seq.chunk;
+      prefillTokens += seq.chunk;
+    }
+    if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
+      this.#waiting = this.#waiting.slice(this.#waitingHead);
+      this.#waitingHead = 0;
+    }
+    if (prefillTokens === 0 && decoding === 0) {
+      this.#stepping = false;
+      this.#account(ctx.now());
+      ctx.send(this.#metrics, {
+        type: "instance_stats",
+        instance: this.index,
+        kvBlockMs: this.#kvBlockMs,
+        kvBlocks: o.kvBlocks,
+        preemptions: this.#preemptions,
+        steps: this.#steps,
+      });
+      return;
+    }
+    this.#stepping = true;
+    this.#steps++;
+    ctx.schedule(o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding, STEP_DONE);
+  }
+
+  /** Admits `seq`: references its cached prefix and allocates the rest of its prompt. */
+  #admit(seq: Sequence, ctx: ActorContext<BatchingCommand>): boolean {
+    const B = this.#options.blockTokens;
+    const cache = this.cache;
+    // At least one token is always computed, so a full hit still runs one step.
+    const limit = Math.min(seq.keyedBlocks, Math.floor((seq.target - 1) / B));
+    const hits = cache.matchPrefix(seq.keyAt, limit);
+    const needed = Math.ceil(seq.target / B) - hits;
+    this.#account(ctx.now());
+    cache.acquire(seq.keyAt, hits);
+    if (!cache.allocate(needed)) {
+      cache.release(seq.keyAt, hits, 0);
+      return false;
+    }
+    seq.keys = hits;
+    seq.privateBlocks = needed;
+    seq.computed = hits * B;
+    if (seq.cachedTokens < 0) {
+      seq.cachedTokens = Math.min(hits * B, seq.request.prefixTokens + seq.request.suffixTokens);
+      seq.startMs = ctx.now();
+    }
+    return true;
+  }
+
+  /** Finds one more block for decoding `seq`, preempting the latest admitted sequences if needed. */
+  #allocateOrPreempt(seq: Sequence, ctx: ActorContext<BatchingCommand>): boolean {
+    this.#account(ctx.now());
+    while (!this.cache.allocate(1)) {
+      const victim = this.#running[this.#running.length - 1];
+      this.#preempt(victim);
+      if (victim === seq) return false;
+    }
+    seq.privateBlocks++;
+    return true;
+  }
+
+  /** Recompute preemption: frees every block and puts the sequence back at the head of the queue. */
+  #preempt(seq: Sequence): void {
+    this.#running.pop();
+    this.cache.release(seq.keyAt, seq.keys, seq.privateBlocks);
+    seq.keys = 0;
+    seq.privateBlocks = 0;
+    seq.target = seq.request.prefixTokens + seq.request.suffixTokens + seq.generated;
+    seq.computed = 0;
+    seq.chunk = 0;
+    seq.preemptions++;
+    this.#preemptions++;
+    if (this.#waitingHead > 0) this.#waiting[--this.#waitingHead] = seq;
+    else this.#waiting.unshift(seq);
+  }
+
+  #stepDone(ctx: ActorContext<BatchingCommand>): void {
+    const now = ctx.now();
+    const running = this.#running;
+    let kept = 0;
+    for (let i = 0; i < running.length; i++) {
+      const seq = running[i];
+      if (seq.chunk > 0) this.#advance(seq, now);
+      seq.chunk = 0;
+      if (seq.generated >= Math.max(1, seq.request.outputTokens)) this.#finish(seq, now, ctx);
+      else running[kept++] = seq;
+    }
+    running.length = kept;
+    this.#startStep(ctx);
+    this.#report(ctx, undefined, false);
+  }
+
+  #advance(seq: Sequence, now: number): void {
+    if (seq.computed < seq.target) {
+      seq.computed += seq.chunk;
+      if (seq.computed < seq.target) return;
+      // Prefill complete: its keyed prompt blocks become reusable.
+      if (this.#options.prefixCaching && seq.keys < seq.keyedBlocks) {
+        this.#account(now);
+        this.cache.publish(seq.keyAt, seq.keys, seq.keyedBlocks);
+        seq.privateBlocks -= seq.keyedBlocks - seq.keys;
+        seq.keys = seq.keyedBlocks;
+      }
+      // The prefill's last position yields the next token: the first one, or,
+      // after a recompute, the one after those already generated.
+      if (seq.generated === 0) seq.firstTokenMs = now + this.#options.requestOverheadMs;
+      seq.generated++;
+      return;
+    }
+    seq.generated++;
+    seq.target++;
+    seq.computed++;
+  }
+
+  #finish(seq: Sequence, now: number, ctx: ActorContext<BatchingCommand>): void {
+    this.#account(now);
+    this.cache.release(seq.keyAt, seq.keys, seq.privateBlocks);
+    const { request } = seq;
+    ctx.send(this.#metrics, {
+      type: "completed",
+      record: {
+        requestId: request.id,
+        instance: this.index,
+        arrivalMs: request.arrivalMs,
+        startMs: seq.startMs,
+        firstTokenMs: seq.firstTokenMs,
+        endMs: now + this.#options.requestOverheadMs,
+        promptTokens: request.prefixTokens + request.suffixTokens,
+        cachedTokens: seq.cachedTokens,
+        outputTokens: Math.max(1, request.outputTokens),
+        preemptions: seq.preemptions,
+      },
+    });
+  }
+
+  /** Integrates KV blocks in use up to `now`. */
+  #account(now: number): void {
+    this.#kvBlockMs += this.cache.held * (now - this.#lastAccountMs);
+    this.#lastAccountMs = now;
+  }
+
+  /** Sends a status when counts or cache contents changed (or always, on accept). */
+  #report(ctx: ActorContext<BatchingCommand>, added: number | undefined, always: boolean): void {
+    const replyTo = this.#replyTo;
+    if (replyTo === undefined) return;
+    const waiting = this.waiting, running = this.#running.length;
+    const key = `${waiting}/${running}`;
+    const evicted = this.#evictedGroups;
+    if (!always && added === undefined && evicted.length === 0 && key === this.#lastReported) return;
+    this.#lastReported = key;
+    const base: InstanceStatus = { type: "status", instance: this.index, waiting, running };
+    ctx.send(replyTo, {
+      ...base,
+      ...(added !== undefined ? { cacheAdded: added } : {}),
+      ...(evicted.length > 0 ? { cacheEvicted: evicted[0] } : {}),
+    });
+    for (let i = 1; i < evicted.length; i++) ctx.send(replyTo, { ...base, cacheEvicted: evicted[i] });
+    if (evicted.length > 0) this.#evictedGroups = [];
+  }
+}
