@@ -12,8 +12,14 @@ import { Router } from "./router.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
 import type { BatchingInstance } from "./batching_instance.ts";
 import type { ServingInstance } from "./serving_instance.ts";
-import { createServingInstance, type InstancesConfig } from "./simulation.ts";
-import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
+import {
+  createServingInstance,
+  createWorkloadSource,
+  type InstancesConfig,
+  type SimulationConfig,
+} from "./simulation.ts";
+import type { TraceSource } from "./trace_source.ts";
+import type { WorkloadSource } from "./workload_source.ts";
 
 /** The router, with a built-in policy or, when `pluginUrl` is given, a plugin's. */
 export async function createRouter(
@@ -33,9 +39,12 @@ export function createInstance(
   return createServingInstance(index, options, metrics);
 }
 
-/** The workload source. */
-export function createSource(options: WorkloadOptions, router: ActorRef<RouteCommand>): WorkloadSource {
-  return new WorkloadSource(options, router);
+/** The workload source: synthetic, or a trace replay. */
+export function createSource(
+  options: SimulationConfig["workload"],
+  router: ActorRef<RouteCommand>,
+): WorkloadSource | TraceSource {
+  return createWorkloadSource(options, router);
 }
 
 /** The metrics collector. */

@@ -143,7 +143,13 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     const options = this.#options;
     const prompt = request.prefixTokens + request.suffixTokens;
     const drop = (reason: "queue_full" | "too_long") =>
-      ctx.send(this.#metrics, { type: "dropped", requestId: request.id, instance: this.index, timeMs: ctx.now(), reason });
+      ctx.send(this.#metrics, {
+        type: "dropped",
+        requestId: request.id,
+        instance: this.index,
+        timeMs: ctx.now(),
+        reason,
+      });
     if (Math.ceil((prompt + Math.max(1, request.outputTokens)) / options.blockTokens) > options.kvBlocks) {
       drop("too_long");
       return;

@@ -6,19 +6,34 @@
  * recently used first.
  */
 
+const NIL = -1;
+
 /**
  * Block accounting. Every block is in exactly one of three states: free,
  * held by running requests (private, or cached with a reference count > 0),
  * or cached and unreferenced (evictable, in LRU order). `free + held +
  * evictable = capacity` at all times.
+ *
+ * Cached blocks live in slots of typed arrays with an intrusive doubly
+ * linked LRU list, because this is the batching model's hot path: a
+ * `Map`-ordered LRU made eviction O(deleted entries) in V8 and a whole
+ * Mooncake replay 300× slower (design.md, "Performance").
  */
 export class KvBlockCache {
   readonly capacity: number;
   readonly prefixCaching: boolean;
-  /** Cached blocks by key → reference count (0 = evictable). */
-  readonly #cached = new Map<number, number>();
-  /** Evictable keys, least recently used first (a Map keeps insertion order). */
-  readonly #evictable = new Map<number, true>();
+  /** Key → slot of every cached block. */
+  readonly #slotOf = new Map<number, number>();
+  #key = new Float64Array(1024);
+  #refs = new Int32Array(1024);
+  #prev = new Int32Array(1024);
+  #next = new Int32Array(1024);
+  #freeSlots: number[] = [];
+  #used = 0;
+  /** LRU list of evictable slots: head is the least recently used. */
+  #head = NIL;
+  #tail = NIL;
+  #evictable = 0;
   #held = 0;
   /** Called with each evicted key. */
   onEvict: ((key: number) => void) | undefined;
@@ -38,17 +53,17 @@ export class KvBlockCache {
 
   /** Cached blocks no running request uses. */
   get evictable(): number {
-    return this.#evictable.size;
+    return this.#evictable;
   }
 
   /** Blocks in no use at all. */
   get free(): number {
-    return this.capacity - this.#held - this.#evictable.size;
+    return this.capacity - this.#held - this.#evictable;
   }
 
   /** Whether `key` is cached (held or evictable). */
   has(key: number): boolean {
-    return this.#cached.has(key);
+    return this.#slotOf.has(key);
   }
 
   /**
@@ -58,21 +73,13 @@ export class KvBlockCache {
   matchPrefix(keyAt: (index: number) => number, limit: number): number {
     if (!this.prefixCaching) return 0;
     let n = 0;
-    while (n < limit && this.#cached.has(keyAt(n))) n++;
+    while (n < limit && this.#slotOf.has(keyAt(n))) n++;
     return n;
   }
 
   /** References the first `count` keys, which must be cached (see `matchPrefix`). */
   acquire(keyAt: (index: number) => number, count: number): void {
-    for (let i = 0; i < count; i++) {
-      const key = keyAt(i);
-      const refs = this.#cached.get(key)!;
-      if (refs === 0) {
-        this.#evictable.delete(key);
-        this.#held++;
-      }
-      this.#cached.set(key, refs + 1);
-    }
+    for (let i = 0; i < count; i++) this.#reference(this.#slotOf.get(keyAt(i))!);
   }
 
   /**
@@ -81,11 +88,14 @@ export class KvBlockCache {
    * evicting everything evictable would not make room.
    */
   allocate(count: number): boolean {
-    if (count > this.free + this.#evictable.size) return false;
+    if (count > this.free + this.#evictable) return false;
     while (this.free < count) {
-      const key = this.#evictable.keys().next().value as number;
-      this.#evictable.delete(key);
-      this.#cached.delete(key);
+      const slot = this.#head;
+      const key = this.#key[slot];
+      this.#unlink(slot);
+      this.#evictable--;
+      this.#slotOf.delete(key);
+      this.#freeSlots.push(slot);
       this.onEvict?.(key);
     }
     this.#held += count;
@@ -101,16 +111,13 @@ export class KvBlockCache {
   publish(keyAt: (index: number) => number, from: number, to: number): void {
     for (let i = from; i < to; i++) {
       const key = keyAt(i);
-      const refs = this.#cached.get(key);
-      if (refs === undefined) {
-        this.#cached.set(key, 1); // the private block becomes a cached one: still held
+      const slot = this.#slotOf.get(key);
+      if (slot === undefined) {
+        const fresh = this.#newSlot(key); // the private block becomes a cached one: still held
+        this.#refs[fresh] = 1;
         continue;
       }
-      if (refs === 0) {
-        this.#evictable.delete(key);
-        this.#held++;
-      }
-      this.#cached.set(key, refs + 1);
+      this.#reference(slot);
       this.#held--; // the now-duplicate private block is freed
     }
   }
@@ -121,15 +128,67 @@ export class KvBlockCache {
    * frees `privateBlocks`.
    */
   release(keyAt: (index: number) => number, keys: number, privateBlocks: number): void {
+    const refs = this.#refs;
     for (let i = keys - 1; i >= 0; i--) {
-      const key = keyAt(i);
-      const refs = this.#cached.get(key)! - 1;
-      this.#cached.set(key, refs);
-      if (refs === 0) {
+      const slot = this.#slotOf.get(keyAt(i))!;
+      if (--refs[slot] === 0) {
         this.#held--;
-        this.#evictable.set(key, true);
+        this.#evictable++;
+        this.#append(slot);
       }
     }
     this.#held -= privateBlocks;
+  }
+
+  #reference(slot: number): void {
+    if (this.#refs[slot]++ === 0) {
+      this.#unlink(slot);
+      this.#evictable--;
+      this.#held++;
+    }
+  }
+
+  #newSlot(key: number): number {
+    let slot = this.#freeSlots.pop();
+    if (slot === undefined) {
+      slot = this.#used++;
+      if (slot === this.#key.length) this.#grow();
+    }
+    this.#key[slot] = key;
+    this.#prev[slot] = NIL;
+    this.#next[slot] = NIL;
+    this.#slotOf.set(key, slot);
+    return slot;
+  }
+
+  #grow(): void {
+    const size = this.#key.length * 2;
+    const grow = <T extends Float64Array | Int32Array>(a: T, make: (n: number) => T): T => {
+      const b = make(size);
+      b.set(a);
+      return b;
+    };
+    this.#key = grow(this.#key, (n) => new Float64Array(n));
+    this.#refs = grow(this.#refs, (n) => new Int32Array(n));
+    this.#prev = grow(this.#prev, (n) => new Int32Array(n));
+    this.#next = grow(this.#next, (n) => new Int32Array(n));
+  }
+
+  #append(slot: number): void {
+    this.#prev[slot] = this.#tail;
+    this.#next[slot] = NIL;
+    if (this.#tail === NIL) this.#head = slot;
+    else this.#next[this.#tail] = slot;
+    this.#tail = slot;
+  }
+
+  #unlink(slot: number): void {
+    const p = this.#prev[slot], n = this.#next[slot];
+    if (p === NIL) this.#head = n;
+    else this.#next[p] = n;
+    if (n === NIL) this.#tail = p;
+    else this.#prev[n] = p;
+    this.#prev[slot] = NIL;
+    this.#next[slot] = NIL;
   }
 }

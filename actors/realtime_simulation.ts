@@ -13,6 +13,15 @@ import { type LagStats, WorkerRuntime } from "./runtime/worker_runtime.ts";
 import type { RunResult, SimulationConfig } from "./simulation.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
+const NO_PERMISSIONS = {
+  write: false,
+  net: false,
+  env: false,
+  run: false,
+  ffi: false,
+  sys: false,
+  import: false,
+} as const;
 
 /** Options for {@linkcode simulateRealtime}. */
 export interface RealtimeOptions {
@@ -57,15 +66,16 @@ export async function simulateRealtime(
   options: RealtimeOptions,
 ): Promise<RealtimeResult> {
   const count = config.instances.count;
-  const servedBy = new Array<number>(count).fill(0);
+  // What each instance last said it holds (waiting + running): the
+  // instances' own account, independent of the metrics collector's.
+  const held = new Array<number>(count).fill(0);
   let arrivals = 0;
   const tap: DeliveryTap = (message, to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route") arrivals++;
-    else if (m.type === "serve") servedBy[instanceIndex.get(to)!]++;
+    else if (m.type === "status") held[m.instance] = m.waiting + m.running;
     options.onDeliver?.(message, to, timeMs);
   };
-  const instanceIndex = new Map<number, number>();
   const runtime = new WorkerRuntime({
     seed: config.seed,
     onDeliver: tap,
@@ -74,15 +84,15 @@ export async function simulateRealtime(
   try {
     const collector = new MetricsCollector(count);
     const metrics = runtime.spawnLocal<MetricsCommand>("metrics", collector);
-    const instances = Array.from({ length: count }, (_, i) => {
-      const ref = runtime.spawnRemote<ServeCommand>(`instance/${i}`, {
-        entry: ENTRY,
-        factory: "createInstance",
-        args: [i, config.instances, metrics],
-      });
-      instanceIndex.set(ref, i);
-      return ref;
-    });
+    const instances = Array.from(
+      { length: count },
+      (_, i) =>
+        runtime.spawnRemote<ServeCommand>(`instance/${i}`, {
+          entry: ENTRY,
+          factory: "createInstance",
+          args: [i, config.instances, metrics],
+        }),
+    );
     const plugin = options.pluginUrl;
     const router = runtime.spawnRemote<RouteCommand>("router", {
       entry: ENTRY,
@@ -102,10 +112,13 @@ export async function simulateRealtime(
         : "none",
       label: plugin ? `plugin ${plugin.split("/").pop()}` : undefined,
     });
+    const trace = config.workload.trace;
     const source = runtime.spawnRemote("source", {
       entry: ENTRY,
       factory: "createSource",
       args: [config.workload, router],
+      // A trace replay may read its trace file, nothing else.
+      permissions: trace ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
     }) as ActorRef<{ type: "start" }>;
     await runtime.start();
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
@@ -120,10 +133,10 @@ export async function simulateRealtime(
       if ((m.type === "route" && timeMs <= runtime.kernel.nowMs) || m.type === "serve") pending++;
     });
     const dropped = summary.dropped;
-    const held = servedBy.reduce((a, served, i) => a + served - summary.perInstanceCompleted[i], 0) - dropped;
-    const inFlight = held + pending;
+    const inFlight = held.reduce((a, b) => a + b, 0) + pending;
     const result: RealtimeResult = {
       policy: options.policyName ?? config.policy.name,
+      skippedInvalid: 0,
       requests: arrivals,
       inFlight,
       ...summary,

@@ -6,7 +6,9 @@
 import { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 import { createPolicy, type PolicySpec } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
-import type { AnyMessage, MetricsCommand, ServeCommand } from "./protocol.ts";
+import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
+import type { TraceOptions } from "./trace_reader.ts";
+import { TraceSource } from "./trace_source.ts";
 import { Router } from "./router.ts";
 import { Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
@@ -32,6 +34,14 @@ export interface InstancesConfig extends FifoInstanceOptions {
   readonly engine: EngineConfig;
 }
 
+/** The synthetic source, or a trace source when the workload names a trace. */
+export function createWorkloadSource(
+  workload: SimulationConfig["workload"],
+  router: ActorRef<RouteCommand>,
+): WorkloadSource | TraceSource {
+  return workload.trace ? new TraceSource(workload.trace, router) : new WorkloadSource(workload, router);
+}
+
 /** Builds one serving instance of the configured model. */
 export function createServingInstance(
   index: number,
@@ -51,8 +61,8 @@ export interface SimulationConfig {
   readonly policy: PolicySpec;
   /** The serving instances. */
   readonly instances: InstancesConfig;
-  /** The arriving requests. */
-  readonly workload: WorkloadOptions;
+  /** The arriving requests: synthetic, or replayed from `workload.trace` when set. */
+  readonly workload: WorkloadOptions & { readonly trace?: TraceOptions };
   /** Stop simulated time here; requests not finished count as in flight. @default Infinity */
   readonly untilMs?: number;
 }
@@ -65,6 +75,8 @@ export interface RunResult extends RequestMetrics {
   readonly requests: number;
   /** Requests arrived but neither completed nor dropped when the run stopped. */
   readonly inFlight: number;
+  /** Malformed trace lines skipped (`trace.skipInvalid`); 0 without a trace. */
+  readonly skippedInvalid: number;
   /** Simulated time at the last delivery, ms. */
   readonly simulatedMs: number;
   /** Messages the kernel delivered. */
@@ -97,7 +109,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   );
   const policy = options.policy ?? createPolicy(config.policy);
   const router = kernel.spawn("router", new Router(instanceRefs, policy));
-  const source = new WorkloadSource(config.workload, router);
+  const source = createWorkloadSource(config.workload, router);
   kernel.send(kernel.spawn("source", source), { type: "start" });
   kernel.run({ untilMs: config.untilMs });
 
@@ -109,6 +121,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     requests,
     inFlight: held.inFlight,
     ...summary,
+    skippedInvalid: source instanceof TraceSource ? source.skipped : 0,
     simulatedMs: kernel.nowMs,
     messages: kernel.messagesDelivered,
   };

@@ -8,7 +8,8 @@
 import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
-import { deepMerge, parseScenario, readJsonFile, scenarioPath } from "./scenario.ts";
+import { TraceFormatError } from "../actors/trace_reader.ts";
+import { checkTraceFile, deepMerge, parseScenario, readJsonFile, scenarioPath } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** A numeric scenario flag: where it lands in the scenario and whether it must be whole. */
@@ -29,6 +30,7 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   "prefix-tokens": { path: ["workload", "prefix", "tokens"], integer: true },
   "suffix-tokens": { path: ["workload", "suffixTokens"], integer: true },
   "cache-capacity": { path: ["instances", "cacheCapacity"], integer: true },
+  "trace-speed": { path: ["workload", "trace", "speed"], integer: false },
   seed: { path: ["seed"], integer: true },
 };
 
@@ -36,6 +38,10 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
 export const SCENARIO_OPTIONS = {
   policy: { type: "string" },
   router: { type: "string" },
+  model: { type: "string" },
+  preset: { type: "string" },
+  trace: { type: "string" },
+  "skip-invalid": { type: "boolean" },
   scenario: { type: "string" },
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
@@ -47,6 +53,11 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
   --scenario FILE        JSON scenario file (see scenarios/example.json)
   --policy NAME          round_robin | least_load | prefix_aware | hybrid | random
   --router FILE.ts       use a router plugin instead of --policy (see README)
+  --model M              instance model: fifo (the original study's) | batching
+  --preset NAME          batching engine: qwen2.5-7b | llama-3.1-8b | qwen3-14b | llama-3.3-70b-tp4
+  --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
+  --trace-speed X        compress trace time by X (2 = twice the load), > 0
+  --skip-invalid         skip malformed trace lines (and report how many) instead of failing
   --threshold N          hybrid's queue-depth gate (waiting requests), >= 0
   --instances N          number of serving instances, integer >= 1
   --rate R               arrival rate, requests per second, > 0
@@ -112,9 +123,20 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
   const base = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
   const overrides: Record<string, unknown> = {};
   const flagOfPath = new Map<string, string>();
-  if (typeof values.policy === "string") {
-    setAt(overrides, ["policy", "name"], values.policy);
-    flagOfPath.set("policy.name", "--policy");
+  const strings: [flag: string, path: string[]][] = [
+    ["policy", ["policy", "name"]],
+    ["model", ["instances", "model"]],
+    ["preset", ["instances", "engine", "preset"]],
+    ["trace", ["workload", "trace", "path"]],
+  ];
+  for (const [flag, path] of strings) {
+    if (typeof values[flag] !== "string") continue;
+    setAt(overrides, path, values[flag]);
+    flagOfPath.set(path.join("."), `--${flag}`);
+  }
+  if (values["skip-invalid"] === true) {
+    setAt(overrides, ["workload", "trace", "skipInvalid"], true);
+    flagOfPath.set("workload.trace.skipInvalid", "--skip-invalid");
   }
   for (const [name, flag] of Object.entries(NUMERIC_FLAGS)) {
     const raw = values[name];
@@ -125,13 +147,18 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     else setAt(overrides, flag.path, value);
   }
   const merged = deepMerge(base, overrides);
-  return parseScenario(merged, (path) => {
+  const config = parseScenario(merged, (path) => {
     for (let n = path.length; n > 0; n--) {
       const flag = flagOfPath.get(path.slice(0, n).join("."));
       if (flag) return flag;
     }
     return scenarioPath(path);
   });
+  await checkTraceFile(
+    config,
+    flagOfPath.has("workload.trace.path") ? "--trace" : "scenario.workload.trace.path",
+  );
+  return config;
 }
 
 function parseNumber(flag: string, raw: string, integer: boolean): number {
@@ -173,6 +200,15 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
   } catch (error) {
     if (error instanceof UsageError) {
       console.error(`error: ${error.message}`);
+      Deno.exit(2);
+    }
+    const traceError = error instanceof TraceFormatError
+      ? error
+      : error instanceof SimulationError && error.cause instanceof TraceFormatError
+      ? error.cause
+      : undefined;
+    if (traceError) {
+      console.error(`error: ${traceError.message}`);
       Deno.exit(2);
     }
     if (error instanceof SimulationError) {

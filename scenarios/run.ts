@@ -44,21 +44,44 @@ export function policyLabel(report: RunResult & { readonly scenario: SimulationC
 
 /** The human-readable table of one run. */
 export function formatReport(report: RunReport): string {
-  const c = report.scenario, w = c.workload, p = w.prefix;
+  const c = report.scenario, w = c.workload, p = w.prefix, e = c.instances.engine;
   const ms = (v: number) => v.toFixed(1);
   const suffix = w.suffixTokens.dist === "constant"
     ? `${w.suffixTokens.value}`
     : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
-  return [
-    `policy ${policyLabel(report)} · ${c.instances.count} instances · ${w.ratePerSec} req/s · seed ${c.seed}`,
-    `workload: ${w.requests} requests, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
-    `prefix ${p.tokens} + suffix ${suffix} tokens, cache ${c.instances.cacheCapacity} groups/instance`,
+  const batching = c.instances.model === "batching";
+  const model = batching
+    ? `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
+      `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`
+    : `fifo (${c.instances.overheadMs} ms + ${c.instances.prefillMsPerToken} ms/uncached token, cache ${c.instances.cacheCapacity} groups)`;
+  const workload = w.trace
+    ? `trace ${w.trace.path} (${w.trace.format}, speed ${w.trace.speed}×)`
+    : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
+      `prefix ${p.tokens} + suffix ${suffix} tokens`;
+  const lines = [
+    `policy ${policyLabel(report)} · ${c.instances.count} instances · seed ${c.seed}`,
+    `model: ${model}`,
+    `workload: ${workload}`,
     "",
-    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped}  in flight ${report.inFlight}`,
+    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped}  in flight ${report.inFlight}` +
+    (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
     `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
       ms(report.ttftP90Ms)
     }  p99 ${ms(report.ttftP99Ms)}`,
     `  queue wait    mean ${ms(report.queueWaitMeanMs)} ms`,
+  ];
+  if (batching) {
+    lines.push(
+      `  TPOT          mean ${report.tpotMeanMs.toFixed(2)} ms · end-to-end mean ${ms(report.e2eMeanMs)} ms`,
+      `  tokens/s      ${report.outputTokensPerSec.toFixed(0)} output · ${
+        report.tokensPerSec.toFixed(0)
+      } total`,
+      `  KV cache      mean utilisation ${
+        (report.kvUtilizationMean * 100).toFixed(1)
+      }% · preemptions ${report.preemptions}`,
+    );
+  }
+  lines.push(
     `  hit rate      ${report.hitRate.toFixed(3)} of requests, ${
       report.tokenHitRate.toFixed(3)
     } of prompt tokens`,
@@ -71,7 +94,8 @@ export function formatReport(report: RunReport): string {
     `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
       (report.requests / report.wallMs * 1000).toFixed(0)
     } requests/s)`,
-  ].join("\n");
+  );
+  return lines.join("\n");
 }
 
 if (import.meta.main) {

@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
 import { POLICY_NAMES } from "../actors/policies/mod.ts";
+import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { UsageError } from "./usage_error.ts";
 
@@ -78,8 +79,35 @@ export const scenarioSchema = z.strictObject({
     }).prefault({}),
     suffixTokens: lengthDistribution.default({ dist: "exponential", mean: 256 }),
     outputTokens: lengthDistribution.default({ dist: "constant", value: 128 }),
+    trace: z.strictObject({
+      path: z.string().min(1),
+      format: z.enum(["mooncake", "azure"]).optional(),
+      speed: z.number().gt(0).default(1),
+      skipInvalid: z.boolean().default(false),
+      maxRequests: count(1).optional(),
+    }).transform((t) => ({
+      ...t,
+      format: t.format ?? (t.path.endsWith(".csv") ? "azure" as const : "mooncake" as const),
+    })).optional(),
   }).prefault({}),
   untilMs: z.number().gt(0).optional(),
+}).superRefine((s, ctx) => {
+  const trace = s.workload.trace;
+  if (trace?.format === "mooncake" && s.instances.model !== "batching") {
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "model"],
+      message:
+        'expected "batching": a Mooncake trace has block-level prefixes, which only the batching model uses',
+    });
+  }
+  if (trace?.format === "mooncake" && MOONCAKE_BLOCK_TOKENS % s.instances.engine.blockTokens !== 0) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "engine", "blockTokens"],
+      message: `expected a divisor of ${MOONCAKE_BLOCK_TOKENS} (the Mooncake trace's block size)`,
+    });
+  }
 });
 
 /** A scenario as written in a file: every field optional. */
@@ -154,6 +182,26 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
 function show(value: unknown): string {
   if (value === undefined) return "nothing";
   return typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value) ?? String(value);
+}
+
+/**
+ * Checks that a scenario's trace file (if any) can be read, before a run
+ * opens it.
+ * @throws {UsageError} naming the field and the path.
+ */
+export async function checkTraceFile(
+  config: SimulationConfig,
+  field = "scenario.workload.trace.path",
+): Promise<void> {
+  const path = config.workload.trace?.path;
+  if (path === undefined) return;
+  try {
+    const info = await Deno.stat(path);
+    if (!info.isFile) throw new Error("not a file");
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
+    throw new UsageError(`${field}: cannot read "${path}": ${reason}`);
+  }
 }
 
 /**

@@ -62,31 +62,48 @@ async function readSweep(path: string, plugin?: SweepPlugin): Promise<Sweep> {
   return parseSweep(await readJsonFile(path, "--spec"), plugin);
 }
 
-/** Progress on stderr: a bar on a terminal, a line every 10% otherwise. */
-function progressReporter(total: number) {
+/**
+ * Progress on stderr: a bar on a terminal, a line every 10% otherwise.
+ * Counts points (all of a point's runs done) and runs.
+ */
+function progressReporter(sweep: Sweep) {
   const start = performance.now();
+  const total = sweep.runs.length, points = sweep.points.length;
+  const runsPerPoint = total / points;
+  const donePerPoint = new Array<number>(points).fill(0);
+  let pointsDone = 0;
+  const record = (run: number) => {
+    if (++donePerPoint[sweep.runs[run].point] === runsPerPoint) pointsDone++;
+  };
+  const rate = (done: number) => (done / ((performance.now() - start) / 1000)).toFixed(0);
   if (Deno.stderr.isTerminal()) {
     const bar = new cliProgress.SingleBar({
-      format: "sweep [{bar}] {value}/{total} runs · {rate} runs/s · ETA {eta_formatted}",
+      format:
+        "sweep [{bar}] {points}/{totalPoints} points · {value}/{total} runs · {rate} runs/s · ETA {eta_formatted}",
       stream: process.stderr,
       hideCursor: true,
     }, cliProgress.Presets.shades_classic);
-    bar.start(total, 0, { rate: "0" });
+    bar.start(total, 0, { rate: "0", points: 0, totalPoints: points });
     return {
-      update: (done: number) =>
-        bar.update(done, { rate: (done / ((performance.now() - start) / 1000)).toFixed(0) }),
+      update: (done: number, run: number) => {
+        record(run);
+        bar.update(done, { rate: rate(done), points: pointsDone, totalPoints: points });
+      },
       stop: () => bar.stop(),
     };
   }
   let nextReport = Math.ceil(total / 10);
   return {
-    update(done: number) {
+    update(done: number, run: number) {
+      record(run);
       if (done < nextReport && done !== total) return;
       nextReport += Math.ceil(total / 10);
       const seconds = (performance.now() - start) / 1000;
       const eta = done > 0 ? (seconds / done) * (total - done) : 0;
       console.error(
-        `sweep: ${done}/${total} runs · ${(done / seconds).toFixed(0)} runs/s · ETA ${eta.toFixed(0)} s`,
+        `sweep: ${pointsDone}/${points} points · ${done}/${total} runs · ${rate(done)} runs/s · ETA ${
+          eta.toFixed(0)
+        } s`,
       );
     },
     stop() {},
@@ -115,18 +132,20 @@ if (import.meta.main) {
 
     const abort = new AbortController();
     let writing = false;
+    let interruptedWhileWriting = false;
     const onInterrupt = () => {
-      if (!writing) abort.abort();
+      if (writing) interruptedWhileWriting = true;
+      else abort.abort();
     };
     Deno.addSignalListener("SIGINT", onInterrupt);
     const start = performance.now();
-    const progress = progressReporter(sweep.runs.length);
+    const progress = progressReporter(sweep);
     let results: RunResult[];
     try {
       results = await runOnWorkers(sweep.runs, {
         workers,
         signal: abort.signal,
-        onProgress: (done) => progress.update(done),
+        onProgress: (done, _result, run) => progress.update(done, run),
       });
     } catch (error) {
       progress.stop();
@@ -144,6 +163,12 @@ if (import.meta.main) {
     await Deno.mkdir(`${out}/plots`, { recursive: true });
     for (const [path, data] of files) await writeFileAtomic(`${out}/${path}`, data);
     Deno.removeSignalListener("SIGINT", onInterrupt);
+    if (interruptedWhileWriting) {
+      console.error(
+        `interrupted while writing: the write was finished first, so ${out}/ holds complete new results`,
+      );
+      Deno.exit(130);
+    }
 
     const requests = results.reduce((a, r) => a + r.requests, 0);
     const wall = (performance.now() - start) / 1000;

@@ -23,9 +23,16 @@ export const METRICS = [
   "imbalanceCv",
   "busyImbalanceCv",
   "throughputRps",
+  "tpotMeanMs",
+  "outputTokensPerSec",
+  "kvUtilizationMean",
+  "preemptions",
   "requests",
   "completed",
   "dropped",
+  "inFlight",
+  "simulatedMs",
+  "messages",
 ] as const satisfies readonly (keyof RunResult)[];
 
 /** Metrics that also get a 95% confidence half-width column (`<metric>Ci95`). */

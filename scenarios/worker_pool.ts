@@ -18,8 +18,8 @@ import type { WorkerReply } from "./sweep_worker.ts";
 export interface WorkerPoolOptions {
   /** Number of Workers. @default navigator.hardwareConcurrency */
   readonly workers?: number;
-  /** Called after each finished run with the count done. */
-  readonly onProgress?: (done: number, result: RunResult) => void;
+  /** Called after each finished run with the count done, its result and its index. */
+  readonly onProgress?: (done: number, result: RunResult, index: number) => void;
   /** Aborting terminates every Worker and rejects. */
   readonly signal?: AbortSignal;
 }
@@ -62,7 +62,7 @@ export function runOnWorkers(
         }
         results[reply.id] = reply.result;
         done++;
-        options.onProgress?.(done, reply.result);
+        options.onProgress?.(done, reply.result, reply.id);
         if (done === configs.length) finish();
         else feed();
       };

@@ -50,7 +50,7 @@ Deno.test("run prints a table by default and flags override the scenario file", 
   );
   assertEquals(code, 0);
   assertStringIncludes(stdout, "policy round_robin");
-  assertStringIncludes(stdout, "500 requests, zipf 2");
+  assertStringIncludes(stdout, "500 requests at 35 req/s, zipf 2");
   assertStringIncludes(stdout, "TTFT ms");
 });
 

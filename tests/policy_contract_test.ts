@@ -9,6 +9,7 @@ import {
 import type { Request } from "../actors/protocol.ts";
 import { InstanceTable } from "../actors/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
+import examplePlugin from "../scenarios/plugins/cache_with_slack.ts";
 
 /** Every built-in policy, with the parameters the contract is run at. */
 const SPECS: PolicySpec[] = [
@@ -75,23 +76,37 @@ function policyContract(label: string, newPolicy: () => RoutingPolicy) {
     assertEquals(a, b);
   });
 
-  Deno.test(`${label}: spreads requests over identical idle instances instead of piling on instance 0`, () => {
-    const view: RouterView & { routedCount: number } = table([0, 0, 0, 0], [0, 0, 0, 0]);
-    const counts = [0, 0, 0, 0];
-    const random = createRandomStream(1, "router");
-    const policy = newPolicy();
-    for (let k = 0; k < 4000; k++) {
-      view.routedCount = k;
-      counts[policy.choose(request(-1), view, random)]++;
-    }
-    for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
-  });
+  for (
+    const [what, group, held] of [["no shared prefix", -1, []], ["every instance holding the prefix", 5, [
+      [5],
+      [5],
+      [5],
+      [5],
+    ]]] as const
+  ) {
+    Deno.test(`${label}: spreads requests with ${what} over identical instances instead of piling on instance 0`, () => {
+      const view: RouterView & { routedCount: number } = table(
+        [0, 0, 0, 0],
+        [0, 0, 0, 0],
+        held.map((h) => [...h]),
+      );
+      const counts = [0, 0, 0, 0];
+      const random = createRandomStream(1, "router");
+      const policy = newPolicy();
+      for (let k = 0; k < 4000; k++) {
+        view.routedCount = k;
+        counts[policy.choose(request(group), view, random)]++;
+      }
+      for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
+    });
+  }
 }
 
 for (const spec of SPECS) {
   const label = spec.name === "hybrid" ? `hybrid(thr=${spec.threshold})` : spec.name;
   policyContract(label, () => createPolicy(spec));
 }
+policyContract("example plugin cache_with_slack", () => examplePlugin);
 
 // ---- Rules at their edges ---------------------------------------------------
 

@@ -14,7 +14,14 @@ function measuredWaitMs(serviceTime: "deterministic" | "exponential", rho: numbe
   const result = simulate(scenario({
     seed: 11,
     policy: { name: "random" },
-    instances: { count: INSTANCES, overheadMs: 0, prefillMsPerToken: 1, decodeMsPerToken: 0, serviceTime, cacheCapacity: 0 },
+    instances: {
+      count: INSTANCES,
+      overheadMs: 0,
+      prefillMsPerToken: 1,
+      decodeMsPerToken: 0,
+      serviceTime,
+      cacheCapacity: 0,
+    },
     workload: {
       requests,
       ratePerSec: INSTANCES * rho * (1000 / SERVICE_MS),

@@ -41,6 +41,20 @@ function runtimeContract(label: string, newRuntime: (seed: number) => RuntimeHar
     }
   });
 
+  Deno.test(`${label}: a timer cancelled by a later handler at the same instant never fires`, async () => {
+    const rt = newRuntime(1);
+    try {
+      const canceller = rt.spawn("canceller", "createCanceller");
+      const { ref, recorder } = rt.recorder("sink");
+      rt.send(canceller, { type: "go", replyTo: ref } as Message, 5);
+      rt.send(canceller, { type: "stop" }, 5);
+      await rt.run();
+      assertEquals(recorder.received, []);
+    } finally {
+      rt.close();
+    }
+  });
+
   Deno.test(`${label}: messages on one channel with equal delays arrive in send order`, async () => {
     const rt = newRuntime(1);
     try {

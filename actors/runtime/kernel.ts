@@ -125,6 +125,7 @@ export class Kernel {
   #seq = 0;
   #now = 0;
   #delivered = 0;
+  #deliveringSeq = -1;
 
   constructor(options: KernelOptions = {}) {
     this.#seed = options.seed ?? 0;
@@ -139,6 +140,11 @@ export class Kernel {
   /** Messages delivered so far (cancelled timers excluded). */
   get messagesDelivered(): number {
     return this.#delivered;
+  }
+
+  /** Id of the message being delivered (as returned by `send`), or of the last one. */
+  get deliveringSeq(): number {
+    return this.#deliveringSeq;
   }
 
   /** Messages and timers waiting to be delivered. */
@@ -255,6 +261,7 @@ export class Kernel {
     const cancelled = this.#cancelled;
     if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
     const to = queue.poppedTo;
+    this.#deliveringSeq = seq;
     this.#now = queue.poppedTimeMs;
     this.#delivered++;
     if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);

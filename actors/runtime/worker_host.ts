@@ -57,6 +57,22 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
   let actor: Actor<Message> | undefined;
   let ctx: HostContext | undefined;
   const reply = (r: HostReply) => self.postMessage(r);
+  // An error outside any handler (an asynchronous throw) kills the actor:
+  // report it as a crash instead of letting Deno print a stack trace.
+  self.addEventListener("error", (event) => {
+    event.preventDefault();
+    reply({
+      type: "failed",
+      kind: "worker_crashed",
+      message: event.message.replace(/^Uncaught (\(in promise\) )?/, ""),
+    });
+    self.close();
+  });
+  self.addEventListener("unhandledrejection", (event) => {
+    event.preventDefault();
+    reply({ type: "failed", kind: "worker_crashed", message: String(event.reason?.message ?? event.reason) });
+    self.close();
+  });
 
   self.onmessage = async (event: MessageEvent<HostCommand>) => {
     const command = event.data;

@@ -96,10 +96,17 @@ interface PendingDelivery {
 
 class RemoteProxy implements Actor<Message> {
   readonly pending: PendingDelivery[] = [];
+  /** The Worker's timer ids → kernel message ids, and back; entries leave when the timer fires or is cancelled. */
   readonly timers = new Map<number, TimerId>();
+  readonly timerOfSeq = new Map<number, number>();
   ref = -1;
   constructor(readonly runtime: WorkerRuntime, readonly name: string, readonly worker: Worker) {}
   handle(message: Message, ctx: ActorContext<Message>): void {
+    const timer = this.timerOfSeq.get(this.runtime.kernel.deliveringSeq);
+    if (timer !== undefined) {
+      this.timerOfSeq.delete(this.runtime.kernel.deliveringSeq);
+      this.timers.delete(timer);
+    }
     this.pending.push({ type: message.type, timeMs: ctx.now(), sentWallMs: this.runtime.wallNowMs() });
     this.worker.postMessage({ type: "deliver", message, timeMs: ctx.now() } satisfies HostCommand);
   }
@@ -212,13 +219,15 @@ export class WorkerRuntime {
         if (this.#failure) throw this.#failure;
         this.#checkTimeouts();
         const next = kernel.nextTimeMs();
-        // Conservative synchronisation: a Worker still handling a message
-        // stamped t may yet send something stamped t, so nothing later than
-        // t is delivered until it answers. Stamps stay exactly as the actors
-        // meant them; a slow Worker shows up as lag, not as changed results.
-        const horizon = this.#oldestPendingTimeMs();
-        if (next === Infinity || next > untilMs || next > horizon) {
-          if (horizon === Infinity) break;
+        // Lock-step: while a Worker handles a message, it may still send or
+        // cancel something that the virtual kernel would deliver (or drop)
+        // before the next queued message — even at the same instant. So the
+        // next delivery waits for its answer. Order and stamps stay exactly
+        // the virtual kernel's; a slow Worker shows up as lag, not as changed
+        // results.
+        const awaiting = this.#awaitingReply();
+        if (next === Infinity || next > untilMs || awaiting) {
+          if (!awaiting) break;
           await this.#sleepOrWake(this.#handlerTimeoutMs);
           continue;
         }
@@ -231,7 +240,7 @@ export class WorkerRuntime {
         let delivered = 0;
         while (delivered < 256) {
           const due = kernel.nextTimeMs();
-          if (due > simNow || due > untilMs || due > this.#oldestPendingTimeMs()) break;
+          if (due > simNow || due > untilMs || this.#awaitingReply()) break;
           this.#lags.push(Math.max(0, (simNow - due) / clock.speed));
           kernel.step();
           delivered++;
@@ -282,7 +291,10 @@ export class WorkerRuntime {
       for (const out of reply.outbox) {
         if (out.op === "cancel") {
           const id = proxy.timers.get(out.timer);
-          if (id !== undefined) kernel.cancel(id);
+          if (id !== undefined) {
+            kernel.cancel(id);
+            proxy.timerOfSeq.delete(id);
+          }
           proxy.timers.delete(out.timer);
           continue;
         }
@@ -293,8 +305,12 @@ export class WorkerRuntime {
           if (late > this.#maxRestampMs) this.#maxRestampMs = late;
         }
         const delayMs = Math.max(0, -late);
-        if (out.op === "send") kernel.send(out.to as ActorRef<Message>, out.message, delayMs);
-        else proxy.timers.set(out.timer, kernel.send(proxy.ref as ActorRef<Message>, out.message, delayMs));
+        if (out.op === "send") kernel.enqueue(out.to, out.message, delayMs, proxy.ref);
+        else {
+          const id = kernel.enqueue(proxy.ref, out.message, delayMs, proxy.ref) as TimerId;
+          proxy.timers.set(out.timer, id);
+          proxy.timerOfSeq.set(id, out.timer);
+        }
       }
     } catch (error) {
       this.#fail(error as Error);
@@ -313,13 +329,9 @@ export class WorkerRuntime {
     return error;
   }
 
-  #oldestPendingTimeMs(): number {
-    let oldest = Infinity;
-    for (const proxy of this.#proxies) {
-      const head = proxy.pending[0];
-      if (head !== undefined && head.timeMs < oldest) oldest = head.timeMs;
-    }
-    return oldest;
+  #awaitingReply(): boolean {
+    for (const proxy of this.#proxies) if (proxy.pending.length > 0) return true;
+    return false;
   }
 
   #checkTimeouts(): void {

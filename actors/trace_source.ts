@@ -1,0 +1,76 @@
+/**
+ * @module
+ * The trace source actor: replays a request trace to the router, streaming
+ * it from disk, with the same batching of arrivals as the synthetic source.
+ */
+import { assertNever, type RouteCommand, type SourceCommand } from "./protocol.ts";
+import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+import { type TraceOptions, TraceReader, type TraceRequest } from "./trace_reader.ts";
+
+const EMIT: SourceCommand = Object.freeze({ type: "emit" });
+
+/**
+ * Emits each trace line as a request at its (scaled) time. Opens the file
+ * when constructed and closes it after the last line.
+ *
+ * @throws {TraceFormatError} from a handler, for a malformed line (unless skipping).
+ */
+export class TraceSource implements Actor<SourceCommand> {
+  readonly #reader: TraceReader;
+  readonly #router: ActorRef<RouteCommand>;
+  readonly #batchSize: number;
+  #lookahead: TraceRequest | undefined;
+  #emitted = 0;
+  #started = false;
+
+  constructor(options: TraceOptions, router: ActorRef<RouteCommand>, batchSize = 64) {
+    this.#reader = new TraceReader(options);
+    this.#router = router;
+    this.#batchSize = batchSize;
+  }
+
+  /** Requests sent to the router so far. */
+  get emitted(): number {
+    return this.#emitted;
+  }
+
+  /** Malformed lines skipped (with `skipInvalid`). */
+  get skipped(): number {
+    return this.#reader.skipped;
+  }
+
+  handle(message: SourceCommand, ctx: ActorContext<SourceCommand>): void {
+    switch (message.type) {
+      case "start":
+        if (this.#started) return;
+        this.#started = true;
+        this.#lookahead = this.#reader.next();
+        this.#emitBatch(ctx);
+        break;
+      case "emit":
+        this.#emitBatch(ctx);
+        break;
+      default:
+        assertNever(message);
+    }
+  }
+
+  #emitBatch(ctx: ActorContext<SourceCommand>): void {
+    const now = ctx.now();
+    let lastMs = now;
+    for (let n = 0; n < this.#batchSize && this.#lookahead !== undefined; n++) {
+      const traced = this.#lookahead;
+      const arrivalMs = Math.max(now, traced.arrivalMs);
+      ctx.send(
+        this.#router,
+        { type: "route", request: { ...traced, id: this.#emitted, arrivalMs } },
+        arrivalMs - now,
+      );
+      this.#emitted++;
+      lastMs = arrivalMs;
+      this.#lookahead = this.#reader.next();
+    }
+    if (this.#lookahead !== undefined) ctx.schedule(lastMs - now, EMIT);
+    else this.#reader.close();
+  }
+}
