@@ -58,6 +58,7 @@ export class TraceReader {
   #lineNumber = 0;
   #eof = false;
   #originMs: number | undefined;
+  #originSeconds: number | undefined;
   #lastMs = -Infinity;
   #read = 0;
   /** Malformed lines skipped so far. */
@@ -158,7 +159,11 @@ export class TraceReader {
     if (fields.length !== 3) this.#fail(`expected 3 comma-separated fields, got ${fields.length}`);
     const m = /^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(\.\d+)?$/.exec(fields[0].trim());
     if (!m) this.#fail(`TIMESTAMP: expected "YYYY-MM-DD HH:MM:SS.fffffff", got ${JSON.stringify(fields[0])}`);
-    const ms = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]) + (m[7] ? Number(m[7]) * 1000 : 0);
+    // Whole seconds and the fraction apart: epoch ms as one double would lose
+    // the sub-millisecond digits the trace has.
+    const seconds = Date.UTC(+m[1], +m[2] - 1, +m[3], +m[4], +m[5], +m[6]) / 1000;
+    this.#originSeconds ??= seconds;
+    const ms = (seconds - this.#originSeconds) * 1000 + (m[7] ? Number(m[7]) * 1000 : 0);
     const context = Number(fields[1]), generated = Number(fields[2]);
     if (!Number.isInteger(context) || context < 1) {
       this.#fail(`ContextTokens: expected an integer >= 1, got ${JSON.stringify(fields[1])}`);

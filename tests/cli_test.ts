@@ -6,7 +6,7 @@ const ROOT = new URL("..", import.meta.url).pathname;
 
 async function run(...args: string[]) {
   const output = await new Deno.Command("deno", {
-    args: ["run", "--allow-read=.", RUN, ...args],
+    args: ["run", "--allow-read", RUN, ...args],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",
@@ -70,6 +70,21 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     [["--scenario", "deno.lock", "--requests", "5"], "unknown field"],
     [["--scenario", "tests/cli_test.ts"], '--scenario: "tests/cli_test.ts" is not valid JSON'],
     [["stray"], 'unexpected argument "stray"'],
+    [
+      ["--trace", "no/such.jsonl", "--model", "batching"],
+      '--trace: cannot read "no/such.jsonl": no such file',
+    ],
+    [["--trace", "tests/fixtures/mooncake_sample.jsonl"], 'scenario.instances.model: expected "batching"'],
+    [
+      ["--trace", "tests/fixtures/mooncake_malformed.jsonl", "--model", "batching"],
+      "mooncake_malformed.jsonl:7: input_length",
+    ],
+    [["--model", "gpu"], '--model: expected one of "fifo", "batching"'],
+    [["--model", "batching", "--preset", "gpt-9"], '--preset: expected one of "qwen2.5-7b"'],
+    [
+      ["--trace-speed", "0", "--trace", "tests/fixtures/azure_sample.csv"],
+      "--trace-speed: expected a number > 0, got 0",
+    ],
   ];
   for (const [args, message] of cases) {
     await t.step(args.join(" "), async () => {
@@ -81,6 +96,20 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
       assertEquals(stdout, "");
     });
   }
+});
+
+Deno.test("run replays a trace with the batching model and reports skipped lines", async () => {
+  const { code, stdout, stderr } = await run(
+    "--trace",
+    "tests/fixtures/mooncake_malformed.jsonl",
+    "--model",
+    "batching",
+    "--skip-invalid",
+  );
+  assertEquals(code, 0, stderr);
+  assertStringIncludes(stdout, "completed 38");
+  assertStringIncludes(stdout, "(skipped 2 malformed trace lines)");
+  assertStringIncludes(stdout, "TPOT");
 });
 
 Deno.test("run --help exits 0 and lists the flags", async () => {
