@@ -6,6 +6,7 @@
 import { type LengthDistribution, sampleExponential, sampleLength, ZipfSampler } from "./distributions.ts";
 import { assertNever, type Request, type RouteCommand, type SourceCommand } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+import { EventQueue } from "./runtime/event_queue.ts";
 
 /** The shared-prefix part of the workload. */
 export interface PrefixOptions {
@@ -31,6 +32,40 @@ export interface WorkloadOptions {
   readonly suffixTokens: LengthDistribution;
   /** Tokens generated per request. */
   readonly outputTokens: LengthDistribution;
+  /** Multi-turn chat sessions instead of independent requests (batching model). */
+  readonly sessions?: SessionOptions;
+}
+
+/**
+ * Multi-turn sessions. Arrivals at `ratePerSec` start sessions; each has a
+ * geometric number of turns (mean `turnsMean`), spaced by exponential think
+ * times (open loop: a turn does not wait for the previous answer). Turn k's
+ * prompt is turn k−1's prompt and answer plus a new message (`suffixTokens`),
+ * so each turn extends the previous turn's context and can reuse its cache.
+ */
+export interface SessionOptions {
+  /** Mean turns per session, >= 1. */
+  readonly turnsMean: number;
+  /** Mean think time between a turn's arrival and the next's, ms. */
+  readonly thinkTimeMs: number;
+  /** Tokens each prefix key covers; must be a multiple of the instance's block size. @default 16 */
+  readonly keyTokens: number;
+}
+
+/** Group g's chunk j (the same keys the batching model derives for group prefixes). */
+const groupKey = (group: number, chunk: number) => (group + 1) * 2 ** 20 + chunk;
+/** Session s's chunk j: a separate (negative) key space. */
+const sessionKey = (session: number, chunk: number) => -((session + 1) * 2 ** 20 + chunk);
+
+interface SessionTurn {
+  readonly session: number;
+  readonly group: number;
+  /** Turns still to come, this one included. */
+  readonly turnsLeft: number;
+  /** Tokens of context before this turn's message. */
+  readonly contextTokens: number;
+  /** Tokens of the shared group prefix at the start of the context. */
+  readonly sharedTokens: number;
 }
 
 const EMIT: SourceCommand = Object.freeze({ type: "emit" });
@@ -53,6 +88,9 @@ export class WorkloadSource implements Actor<SourceCommand> {
   readonly #batchSize: number;
   #nextArrivalMs = -1;
   #emitted = 0;
+  readonly #turns = new EventQueue<SessionTurn>();
+  #turnSeq = 0;
+  #sessions = 0;
 
   constructor(options: WorkloadOptions, router: ActorRef<RouteCommand>, batchSize = 64) {
     this.#options = options;
@@ -84,6 +122,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
   }
 
   #emitBatch(ctx: ActorContext<SourceCommand>): void {
+    if (this.#options.sessions) return this.#emitSessionBatch(ctx, this.#options.sessions);
     const { requests, prefix, suffixTokens, outputTokens } = this.#options;
     const now = ctx.now();
     const random = ctx.random;
@@ -106,6 +145,69 @@ export class WorkloadSource implements Actor<SourceCommand> {
       arrivalMs += sampleExponential(this.#meanGapMs, random);
     }
     this.#nextArrivalMs = arrivalMs;
+    if (this.#emitted < requests) ctx.schedule(lastMs - now, EMIT);
+  }
+
+  /**
+   * Session mode. Draw order: at each session start, shared-or-unique, Zipf
+   * group, number of turns, gap to the next session start; at each turn,
+   * message length, output length, think time to the next turn.
+   */
+  #emitSessionBatch(ctx: ActorContext<SourceCommand>, sessions: SessionOptions): void {
+    const { requests, prefix, suffixTokens, outputTokens } = this.#options;
+    const now = ctx.now(), random = ctx.random, pending = this.#turns;
+    const end = Math.min(requests, this.#emitted + this.#batchSize);
+    let lastMs = now;
+    while (this.#emitted < end) {
+      if (pending.size === 0 || this.#nextArrivalMs <= pending.peekTimeMs()) {
+        // A new session starts.
+        const shared = random() < prefix.sharedFrac;
+        const group = shared ? this.#zipf.sample(random) : -1;
+        const p = 1 / sessions.turnsMean;
+        const turns = p >= 1 ? 1 : 1 + Math.floor(Math.log(1 - random()) / Math.log(1 - p));
+        const session = this.#sessions++;
+        pending.push(this.#nextArrivalMs, this.#turnSeq++, 0, {
+          session,
+          group,
+          turnsLeft: turns,
+          contextTokens: prefix.tokens,
+          sharedTokens: shared ? prefix.tokens : 0,
+        });
+        this.#nextArrivalMs += sampleExponential(this.#meanGapMs, random);
+        continue;
+      }
+      const turn = pending.pop();
+      const arrivalMs = pending.poppedTimeMs;
+      const message = sampleLength(suffixTokens, random);
+      const output = sampleLength(outputTokens, random);
+      const prompt = turn.contextTokens + message;
+      const k = sessions.keyTokens;
+      const sharedChunks = Math.floor(turn.sharedTokens / k);
+      const prefixKeys = Array.from(
+        { length: Math.floor(prompt / k) },
+        (_, j) => j < sharedChunks ? groupKey(turn.group, j) : sessionKey(turn.session, j),
+      );
+      const request: Request = {
+        id: this.#emitted,
+        arrivalMs,
+        prefixGroup: turn.group >= 0 ? turn.group : prefix.groups + turn.session,
+        prefixTokens: turn.contextTokens,
+        suffixTokens: message,
+        outputTokens: output,
+        prefixKeys,
+        keyTokens: k,
+      };
+      ctx.send(this.#router, { type: "route", request }, arrivalMs - now);
+      this.#emitted++;
+      lastMs = arrivalMs;
+      if (turn.turnsLeft > 1) {
+        pending.push(arrivalMs + sampleExponential(sessions.thinkTimeMs, random), this.#turnSeq++, 0, {
+          ...turn,
+          turnsLeft: turn.turnsLeft - 1,
+          contextTokens: prompt + output,
+        });
+      }
+    }
     if (this.#emitted < requests) ctx.schedule(lastMs - now, EMIT);
   }
 }

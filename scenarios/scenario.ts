@@ -79,6 +79,11 @@ export const scenarioSchema = z.strictObject({
     }).prefault({}),
     suffixTokens: lengthDistribution.default({ dist: "exponential", mean: 256 }),
     outputTokens: lengthDistribution.default({ dist: "constant", value: 128 }),
+    sessions: z.strictObject({
+      turnsMean: z.number().min(1),
+      thinkTimeMs: z.number().gt(0),
+      keyTokens: count(1).default(16),
+    }).optional(),
     trace: z.strictObject({
       path: z.string().min(1),
       format: z.enum(["mooncake", "azure"]).optional(),
@@ -99,6 +104,22 @@ export const scenarioSchema = z.strictObject({
       path: ["instances", "model"],
       message:
         'expected "batching": a Mooncake trace has block-level prefixes, which only the batching model uses',
+    });
+  }
+  const sessions = s.workload.sessions;
+  if (sessions && s.instances.model !== "batching") {
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "model"],
+      message:
+        'expected "batching": multi-turn sessions reuse partial prefixes, which only the batching model tracks',
+    });
+  }
+  if (sessions && sessions.keyTokens % s.instances.engine.blockTokens !== 0) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["workload", "sessions", "keyTokens"],
+      message: `expected a multiple of instances.engine.blockTokens (${s.instances.engine.blockTokens})`,
     });
   }
   if (trace?.format === "mooncake" && MOONCAKE_BLOCK_TOKENS % s.instances.engine.blockTokens !== 0) {

@@ -119,3 +119,15 @@ Deno.test("round_robin's request-count imbalance is near 0 and prefix_aware's is
   assertGreater(pa.imbalance, 0.5);
   assertGreater(pa.hitRate, rr.hitRate);
 });
+
+Deno.test("with multi-turn sessions under cache pressure, session affinity (prefix_aware) reuses more tokens than round_robin", () => {
+  const sessions = (name: "round_robin" | "prefix_aware") =>
+    simulate(scenario({
+      policy: { name },
+      instances: { model: "batching", engine: { kvBlocks: 3000 } },
+      workload: { requests: 4000, ratePerSec: 4, sessions: { turnsMean: 5, thinkTimeMs: 5000 } },
+    }));
+  const rr = sessions("round_robin"), pa = sessions("prefix_aware");
+  assertGreater(pa.tokenHitRate, rr.tokenHitRate + 0.1);
+  assertEquals(pa.completed + pa.dropped, 4000);
+});

@@ -60,3 +60,36 @@ Deno.test("source is deterministic per seed and differs across seeds", () => {
   assertEquals(a, b);
   assert(JSON.stringify(a) !== JSON.stringify(c));
 });
+
+Deno.test("sessions: each turn's prompt extends the previous turn's prompt and answer, keys included", () => {
+  const { received } = emit(workload({
+    requests: 400,
+    ratePerSec: 5,
+    prefix: { groups: 4, zipf: 1, sharedFrac: 0.5, tokens: 64 },
+    suffixTokens: { dist: "uniform", min: 10, max: 40 },
+    outputTokens: { dist: "uniform", min: 5, max: 30 },
+    sessions: { turnsMean: 4, thinkTimeMs: 2000, keyTokens: 16 },
+  }));
+  const requests = received.map((r) => r.message.request);
+  assert(
+    requests.every((r, i) => i === 0 || r.arrivalMs >= requests[i - 1].arrivalMs),
+    "arrivals in time order",
+  );
+  // Follow each session by its first (session-specific or group) key chain continuation.
+  const byFirstTurn = new Map<number, typeof requests>();
+  let extended = 0;
+  for (const r of requests) {
+    const previous = [...byFirstTurn.values()].find((turns) => {
+      const last = turns.at(-1)!;
+      return r.prefixTokens === last.prefixTokens + last.suffixTokens + last.outputTokens &&
+        last.prefixKeys!.every((k, j) => r.prefixKeys![j] === k);
+    });
+    if (previous) {
+      previous.push(r);
+      extended++;
+    } else byFirstTurn.set(r.id, [r]);
+  }
+  // Mean 4 turns per session → about 3 of every 4 requests continue a session.
+  assertAlmostEquals(extended / requests.length, 0.75, 0.08);
+  assert(requests.every((r) => r.prefixKeys!.length === Math.floor((r.prefixTokens + r.suffixTokens) / 16)));
+});
