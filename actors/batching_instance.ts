@@ -8,6 +8,7 @@
  * blocks and preemption (recompute) when blocks run out.
  */
 import { KvBlockCache } from "./kv_block_cache.ts";
+import { blockKeys } from "./prefix_keys.ts";
 import {
   assertNever,
   type BatchingCommand,
@@ -41,9 +42,6 @@ export interface BatchingInstanceOptions {
   /** Requests that may wait for admission; more are dropped (`queue_full`). */
   readonly maxQueue: number;
 }
-
-/** Key space of the implicit per-group chains (group g's block j → (g + 1) × 2^20 + j). */
-const GROUP_KEY_STRIDE = 2 ** 20;
 
 const STEP_DONE: BatchingCommand = Object.freeze({ type: "step_done" });
 
@@ -176,27 +174,11 @@ export class BatchingInstance implements Actor<BatchingCommand> {
 
   #sequence(command: ServeCommand): Sequence {
     const { request } = command;
-    const B = this.#options.blockTokens;
-    const prompt = request.prefixTokens + request.suffixTokens;
-    let keyAt: (index: number) => number;
-    let keyedTokens: number;
-    if (request.prefixKeys !== undefined && request.keyTokens !== undefined) {
-      const keys = request.prefixKeys;
-      const per = request.keyTokens / B;
-      keyAt = (j) => keys[Math.floor(j / per)] * per + (j % per);
-      keyedTokens = Math.min(prompt, keys.length * request.keyTokens);
-    } else if (request.prefixGroup >= 0) {
-      const base = (request.prefixGroup + 1) * GROUP_KEY_STRIDE;
-      keyAt = (j) => base + j;
-      keyedTokens = Math.min(prompt, request.prefixTokens);
-    } else {
-      keyAt = () => -1;
-      keyedTokens = 0;
-    }
+    const keys = blockKeys(request, this.#options.blockTokens);
     return {
       command,
       request,
-      target: prompt,
+      target: request.prefixTokens + request.suffixTokens,
       computed: 0,
       generated: 0,
       cachedTokens: -1,
@@ -206,8 +188,8 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       startMs: -1,
       firstTokenMs: -1,
       preemptions: 0,
-      keyAt,
-      keyedBlocks: Math.floor(keyedTokens / B),
+      keyAt: keys.keyAt,
+      keyedBlocks: keys.count,
     };
   }
 

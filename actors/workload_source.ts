@@ -7,6 +7,7 @@ import { type LengthDistribution, sampleExponential, sampleLength, ZipfSampler }
 import { assertNever, type Request, type RouteCommand, type SourceCommand } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 import { EventQueue } from "./runtime/event_queue.ts";
+import { GROUP_KEY_STRIDE } from "./prefix_keys.ts";
 
 /** The shared-prefix part of the workload. */
 export interface PrefixOptions {
@@ -53,9 +54,9 @@ export interface SessionOptions {
 }
 
 /** Group g's chunk j (the same keys the batching model derives for group prefixes). */
-const groupKey = (group: number, chunk: number) => (group + 1) * 2 ** 20 + chunk;
+const groupKey = (group: number, chunk: number) => (group + 1) * GROUP_KEY_STRIDE + chunk;
 /** Session s's chunk j: a separate (negative) key space. */
-const sessionKey = (session: number, chunk: number) => -((session + 1) * 2 ** 20 + chunk);
+const sessionKey = (session: number, chunk: number) => -((session + 1) * GROUP_KEY_STRIDE + chunk);
 
 interface SessionTurn {
   readonly session: number;

@@ -43,7 +43,35 @@ function best(repetitions: number, measure: () => number): number {
   return top;
 }
 
-if (import.meta.main) {
+/** Peak resident memory of this process, MB (Linux's VmHWM; current RSS elsewhere). */
+function peakRssMb(): number {
+  try {
+    const status = Deno.readTextFileSync("/proc/self/status");
+    const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1]);
+    if (Number.isFinite(kb)) return kb / 1024;
+  } catch {
+    // not Linux
+  }
+  return Deno.memoryUsage().rss / 2 ** 20;
+}
+
+/** `--memory`: one 1,000,000-request run per model in a fresh process, reporting peak memory. */
+function memoryBench(model: "fifo" | "batching"): void {
+  const config = parseScenario({ instances: { model }, workload: { requests: 1_000_000 } });
+  const start = performance.now();
+  const r = simulate(config);
+  const seconds = (performance.now() - start) / 1000;
+  console.log(
+    `${model.padEnd(8)} 1,000,000 requests: ${seconds.toFixed(1)} s, ${
+      (r.requests / seconds / 1000).toFixed(0)
+    }k requests/s, ` +
+      `peak memory ${peakRssMb().toFixed(0)} MB (completed ${r.completed})`,
+  );
+}
+
+if (import.meta.main && Deno.args[0] === "--memory") {
+  memoryBench(Deno.args[1] === "fifo" ? "fifo" : "batching");
+} else if (import.meta.main) {
   const fmt = (v: number) => `${(v / 1e6).toFixed(2)} M/s`;
   console.log("kernel (64 actors, 1,000 balls in flight, 4 M messages):");
   console.log(`  messages delivered   ${fmt(best(3, () => kernelMessagesPerSec(64, 1000, 4000)))}`);
@@ -65,5 +93,25 @@ if (import.meta.main) {
         fmt(perSec * msgPerReq).padStart(10)
       }   ${msgPerReq.toFixed(2)}`,
     );
+  }
+
+  const batchingRequests = 200_000;
+  console.log(
+    `\nbatching model (qwen2.5-7b preset), default workload, ${
+      batchingRequests.toLocaleString("en-US")
+    } requests per run:`,
+  );
+  for (const name of POLICY_NAMES) {
+    const config = parseScenario({
+      policy: { name },
+      instances: { model: "batching" },
+      workload: { requests: batchingRequests },
+    });
+    const perSec = best(3, () => {
+      const start = performance.now();
+      const r = simulate(config);
+      return r.requests / ((performance.now() - start) / 1000);
+    });
+    console.log(`  ${name.padEnd(14)}  ${(perSec / 1e3).toFixed(0).padStart(6)} k/s`);
   }
 }

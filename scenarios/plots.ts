@@ -9,7 +9,17 @@ import * as Plot from "@observablehq/plot";
 import { Resvg } from "@resvg/resvg-js";
 import { parseHTML } from "linkedom";
 import type { SummaryRow } from "./sweep_summary.ts";
-import { FRAC, KEY, OPERATIONAL_TTFT_MS, RATE, STRATEGIES, type Study, ZIPF } from "./study_findings.ts";
+import {
+  FRAC,
+  KEY,
+  LOAD_AXES,
+  OPERATIONAL_TTFT_MS,
+  RATE,
+  STRATEGIES,
+  type Study,
+  ZIPF,
+} from "./study_findings.ts";
+import type { Sweep } from "./sweep_spec.ts";
 
 const FONT = "DejaVu Sans, Verdana, sans-serif";
 const COLORS: Record<string, string> = {
@@ -111,8 +121,121 @@ function strategyRows(rows: readonly SummaryRow[], scenarios: readonly { zipf: n
   }));
 }
 
+/**
+ * The sweep's charts: the original study's five when the sweep has its
+ * rate, Zipf and shared-fraction axes; otherwise charts against whichever
+ * load axis it has (arrival rate or trace speed).
+ */
+export function studyCharts(rows: readonly SummaryRow[], study: Study, sweep: Sweep): Chart[] {
+  const original = [RATE, ZIPF, FRAC].every((a) => sweep.axes.includes(a));
+  if (original) return originalCharts(rows, study);
+  const loadAxis = LOAD_AXES.find((a) => sweep.axes.includes(a));
+  return loadAxis ? loadCharts(rows, study, loadAxis) : [];
+}
+
+/** Charts of a sweep over load only (a trace replay at several speeds, say). */
+function loadCharts(rows: readonly SummaryRow[], study: Study, loadAxis: string): Chart[] {
+  const xLabel = loadAxis === RATE
+    ? "arrival rate (requests/s)"
+    : "trace speed (× the trace's own arrival rate)";
+  const data = rows.filter((r) => (STRATEGIES as readonly string[]).includes(r.label)).map((r) => ({
+    strategy: r.label,
+    load: Number(r.axes[loadAxis]),
+    ttft: r.mean.ttftMeanMs,
+    ttftLo: Math.max(1, r.mean.ttftMeanMs - r.ci95.ttftMeanMs),
+    ttftHi: r.mean.ttftMeanMs + r.ci95.ttftMeanMs,
+    hit: r.mean.tokenHitRate,
+    imbalance: r.mean.imbalance,
+    tpot: r.mean.tpotMeanMs,
+  }));
+  const line = (y: string, yLabel: string, extra: Plot.Markish[] = [], log = false) =>
+    plot({
+      x: { label: xLabel, grid: true },
+      y: { label: yLabel, grid: true, ...(log ? { type: "log" as const } : {}) },
+      color: strategyColor,
+      marks: [
+        ...extra,
+        Plot.lineY(data, { x: "load", y, stroke: "strategy", strokeWidth: 2 }),
+        Plot.dot(data, { x: "load", y, fill: "strategy", r: 3 }),
+      ],
+    });
+  const charts: Chart[] = [
+    {
+      file: "ttft_vs_load.png",
+      title: "Mean TTFT vs load",
+      svg: figure(
+        "Mean TTFT vs load",
+        `Mean over seeds, band = 95% CI; dashed line = ${OPERATIONAL_TTFT_MS / 1000} s; log scale`,
+        strategyLegend,
+        line("ttft", "mean TTFT (ms)", [
+          Plot.areaY(data, { x: "load", y1: "ttftLo", y2: "ttftHi", fill: "strategy", fillOpacity: 0.15 }),
+          Plot.ruleY([OPERATIONAL_TTFT_MS], { stroke: "#999", strokeDasharray: "4,3" }),
+        ], true),
+      ),
+    },
+    {
+      file: "token_hit_vs_load.png",
+      title: "Token hit rate vs load",
+      svg: figure(
+        "Prompt-token cache hit rate vs load",
+        "Cached prompt tokens / all prompt tokens; mean over seeds",
+        strategyLegend,
+        line("hit", "token hit rate"),
+      ),
+    },
+    {
+      file: "load_imbalance.png",
+      title: "Load imbalance vs load",
+      svg: figure(
+        "Load imbalance (max − min) / mean of per-instance request counts",
+        "Mean over seeds",
+        strategyLegend,
+        line("imbalance", "imbalance"),
+      ),
+    },
+    {
+      file: "tpot_vs_load.png",
+      title: "Time per output token vs load",
+      svg: figure(
+        "Mean time per output token vs load",
+        "Mean over seeds (batching model)",
+        strategyLegend,
+        line("tpot", "mean TPOT (ms)"),
+      ),
+    },
+  ];
+  const thresholdData = study.bestByRegime.flatMap((c) =>
+    c.ttftByThreshold.map((t) => ({ regime: c.subset, threshold: t.threshold, ttft: t.ttftMeanMs }))
+  ).filter((d) => Number.isFinite(d.ttft));
+  if (thresholdData.length > 0) {
+    const regimes = study.bestByRegime.map((c) => c.subset);
+    charts.push({
+      file: "hybrid_threshold_sweep.png",
+      title: "Hybrid: mean TTFT vs threshold",
+      svg: figure(
+        "Hybrid: mean TTFT vs queue-depth threshold",
+        "Mean over the operational points of each load regime; threshold 0 = least_load",
+        regimes.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
+        plot({
+          x: {
+            label: "hybrid threshold (waiting requests at the cached instance)",
+            ticks: [...new Set(thresholdData.map((d) => d.threshold))],
+          },
+          y: { label: "mean TTFT (ms)", grid: true },
+          color: { domain: regimes, range: SERIES_COLORS },
+          marks: [
+            Plot.lineY(thresholdData, { x: "threshold", y: "ttft", stroke: "regime", strokeWidth: 2 }),
+            Plot.dot(thresholdData, { x: "threshold", y: "ttft", fill: "regime", r: 3 }),
+          ],
+        }),
+      ),
+    });
+  }
+  return charts;
+}
+
 /** All five charts of the original study. */
-export function studyCharts(rows: readonly SummaryRow[], study: Study): Chart[] {
+function originalCharts(rows: readonly SummaryRow[], study: Study): Chart[] {
   const scenarios = [{ zipf: 1.0, frac: 0.5 }, { zipf: KEY.zipf, frac: KEY.sharedFrac }];
   const perScenario = strategyRows(rows, scenarios);
   const charts: Chart[] = [];

@@ -49,7 +49,7 @@ export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<s
   const study = analyse(sweep, rows);
   const requests = results.reduce((a, r) => a + r.requests, 0);
   const summary = formatSummary(sweep, study, results.length, requests);
-  const charts = studyCharts(rows, study);
+  const charts = studyCharts(rows, study, sweep);
   const files = new Map<string, string | Uint8Array>();
   files.set("sweep_summary.csv", toCsv(sweep, rows));
   files.set("summary.txt", summary);
