@@ -81,7 +81,7 @@ if (import.meta.main && Deno.args[0] === "--memory") {
   for (const name of POLICY_NAMES) {
     const config = parseScenario({ policy: { name }, workload: { requests } });
     let messages = 0;
-    const perSec = best(3, () => {
+    const perSec = best(5, () => {
       const start = performance.now();
       const r = simulate(config);
       messages = r.messages;
@@ -107,7 +107,7 @@ if (import.meta.main && Deno.args[0] === "--memory") {
       instances: { model: "batching" },
       workload: { requests: batchingRequests },
     });
-    const perSec = best(3, () => {
+    const perSec = best(5, () => {
       const start = performance.now();
       const r = simulate(config);
       return r.requests / ((performance.now() - start) / 1000);
