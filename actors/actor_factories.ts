@@ -5,7 +5,7 @@
  * runs use the same actor classes; only where they are built differs.
  */
 import { MetricsCollector } from "./metrics_collector.ts";
-import { createPolicy, type PolicySpec } from "./policies/mod.ts";
+import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
 import { Router } from "./router.ts";
@@ -15,28 +15,31 @@ import type { ServingInstance } from "./serving_instance.ts";
 import {
   createServingInstance,
   createWorkloadSource,
-  type InstancesConfig,
+  routerOptions,
   type SimulationConfig,
+  statusReporting,
 } from "./simulation.ts";
 import type { TraceSource } from "./trace_source.ts";
 import type { WorkloadSource } from "./workload_source.ts";
 
-/** The router, with a built-in policy or, when `pluginUrl` is given, a plugin's. */
+/** The router for `config`, with its built-in policy or, when `pluginUrl` is given, a plugin's. */
 export async function createRouter(
   instances: readonly ActorRef<ServeCommand>[],
-  policy: PolicySpec,
+  config: SimulationConfig,
   pluginUrl?: string,
 ): Promise<Router> {
-  return new Router(instances, pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(policy));
+  const policy = pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(config.policy);
+  return new Router(instances, policy, routerOptions(config));
 }
 
-/** One serving instance of the configured model. */
+/** One serving instance of the configured model, reporting as `config.router` says. */
 export function createInstance(
   index: number,
-  options: InstancesConfig,
+  config: SimulationConfig,
   metrics: ActorRef<MetricsCommand>,
+  pluginPolicy: boolean,
 ): ServingInstance | BatchingInstance {
-  return createServingInstance(index, options, metrics);
+  return createServingInstance(index, config.instances, metrics, statusReporting(config, pluginPolicy));
 }
 
 /** The workload source: synthetic, or a trace replay. */

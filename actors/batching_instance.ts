@@ -18,6 +18,8 @@ import {
   type ServeCommand,
 } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+import { EVENT_DRIVEN } from "./serving_instance.ts";
+import { type StatusCounts, StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
 
 /** Options for {@linkcode BatchingInstance}. */
 export interface BatchingInstanceOptions {
@@ -90,26 +92,36 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   readonly #running: Sequence[] = [];
   #stepping = false;
   #replyTo: ActorRef<InstanceStatus> | undefined;
-  #evictedGroups: number[] = [];
   readonly #groupOfFirstKey = new Map<number, number>();
+  readonly #reporter: StatusReporter;
   #lastReported = "";
+  #finished = 0;
+  #waitingPromptTokens = 0;
   #preemptions = 0;
   #steps = 0;
   #kvBlockMs = 0;
   #lastAccountMs = 0;
 
-  constructor(index: number, options: BatchingInstanceOptions, metrics: ActorRef<MetricsCommand>) {
+  constructor(
+    index: number,
+    options: BatchingInstanceOptions,
+    metrics: ActorRef<MetricsCommand>,
+    reporting: StatusReportingOptions = EVENT_DRIVEN,
+  ) {
     this.index = index;
     this.#options = options;
     this.#metrics = metrics;
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
+    const reporter = this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
     this.cache.onEvict = (key) => {
+      reporter.blockEvicted(key);
       const group = this.#groupOfFirstKey.get(key);
       if (group !== undefined) {
         this.#groupOfFirstKey.delete(key);
-        this.#evictedGroups.push(group);
+        reporter.groupEvicted(group);
       }
     };
+    if (reporter.wantsBlockEvents) this.cache.onInsert = (key) => reporter.blockAdded(key);
   }
 
   /** Requests waiting for admission. */
@@ -129,6 +141,9 @@ export class BatchingInstance implements Actor<BatchingCommand> {
         break;
       case "step_done":
         this.#stepDone(ctx);
+        break;
+      case "report_tick":
+        this.#reporter.tick(ctx);
         break;
       default:
         assertNever(message);
@@ -158,18 +173,18 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     }
     const seq = this.#sequence(command);
     this.#waiting.push(seq);
+    this.#waitingPromptTokens += seq.target;
     // Advertise the request's group at once, as the FIFO model does: by the
     // time later requests run, this one will have computed it.
-    let added: number | undefined;
     if (request.prefixGroup >= 0 && options.prefixCaching && seq.keyedBlocks > 0) {
       const first = seq.keyAt(0);
       if (!this.#groupOfFirstKey.has(first)) {
         this.#groupOfFirstKey.set(first, request.prefixGroup);
-        added = request.prefixGroup;
+        this.#reporter.groupAdded(request.prefixGroup);
       }
     }
     if (!this.#stepping) this.#startStep(ctx);
-    this.#report(ctx, added, true);
+    this.#report(ctx, true);
   }
 
   #sequence(command: ServeCommand): Sequence {
@@ -224,6 +239,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       const seq = this.#waiting[this.#waitingHead];
       if (!this.#admit(seq, ctx)) break;
       this.#waitingHead++;
+      this.#waitingPromptTokens -= seq.target;
       running.push(seq);
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
@@ -300,6 +316,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#preemptions++;
     if (this.#waitingHead > 0) this.#waiting[--this.#waitingHead] = seq;
     else this.#waiting.unshift(seq);
+    this.#waitingPromptTokens += seq.target;
   }
 
   #stepDone(ctx: ActorContext<BatchingCommand>): void {
@@ -315,7 +332,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     }
     running.length = kept;
     this.#startStep(ctx);
-    this.#report(ctx, undefined, false);
+    this.#report(ctx, false);
   }
 
   #advance(seq: Sequence, now: number): void {
@@ -343,6 +360,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #finish(seq: Sequence, now: number, ctx: ActorContext<BatchingCommand>): void {
     this.#account(now);
     this.cache.release(seq.keyAt, seq.keys, seq.privateBlocks);
+    this.#finished++;
     const { request } = seq;
     ctx.send(this.#metrics, {
       type: "completed",
@@ -367,22 +385,29 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#lastAccountMs = now;
   }
 
-  /** Sends a status when counts or cache contents changed (or always, on accept). */
-  #report(ctx: ActorContext<BatchingCommand>, added: number | undefined, always: boolean): void {
+  /** Reports status when counts changed (or always, on accept and drop); cache events ride along. */
+  #report(ctx: ActorContext<BatchingCommand>, always: boolean): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
-    const waiting = this.waiting, running = this.#running.length;
-    const key = `${waiting}/${running}`;
-    const evicted = this.#evictedGroups;
-    if (!always && added === undefined && evicted.length === 0 && key === this.#lastReported) return;
+    const key = `${this.waiting}/${this.#running.length}/${this.#finished}`;
+    if (!always && key === this.#lastReported && !this.#reporter.hasEvents) return;
     this.#lastReported = key;
-    const base: InstanceStatus = { type: "status", instance: this.index, waiting, running };
-    ctx.send(replyTo, {
-      ...base,
-      ...(added !== undefined ? { cacheAdded: added } : {}),
-      ...(evicted.length > 0 ? { cacheEvicted: evicted[0] } : {}),
-    });
-    for (let i = 1; i < evicted.length; i++) ctx.send(replyTo, { ...base, cacheEvicted: evicted[i] });
-    if (evicted.length > 0) this.#evictedGroups = [];
+    this.#reporter.changed(ctx, replyTo);
+  }
+
+  #counts(): StatusCounts {
+    let prefill = this.#waitingPromptTokens, decodeBlocks = 0;
+    for (const seq of this.#running) {
+      if (seq.computed < seq.target) prefill += seq.target - seq.computed;
+      else decodeBlocks += seq.keys + seq.privateBlocks;
+    }
+    return {
+      waiting: this.waiting,
+      running: this.#running.length,
+      finished: this.#finished,
+      pendingPrefillTokens: prefill,
+      decodeBlocks,
+      kvUtilization: this.cache.held / this.cache.capacity,
+    };
   }
 }

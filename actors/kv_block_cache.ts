@@ -37,6 +37,8 @@ export class KvBlockCache {
   #held = 0;
   /** Called with each evicted key. */
   onEvict: ((key: number) => void) | undefined;
+  /** Called with each key that becomes cached. */
+  onInsert: ((key: number) => void) | undefined;
 
   constructor(capacity: number, prefixCaching = true) {
     if (!(Number.isInteger(capacity) && capacity >= 1)) {
@@ -115,6 +117,7 @@ export class KvBlockCache {
       if (slot === undefined) {
         const fresh = this.#newSlot(key); // the private block becomes a cached one: still held
         this.#refs[fresh] = 1;
+        this.onInsert?.(key);
         continue;
       }
       this.#reference(slot);

@@ -60,10 +60,27 @@ export interface InstanceStatus {
   readonly waiting: number;
   /** Requests in service. */
   readonly running: number;
+  /** Requests finished (completed or dropped) so far; with the router's own count routed, in flight = routed − finished. */
+  readonly finished: number;
+  /** Prompt tokens still to prefill: waiting requests' and the unfinished part of those in prefill. */
+  readonly pendingPrefillTokens: number;
+  /** KV blocks held by decoding sequences (batching model; 0 for FIFO). */
+  readonly decodeBlocks: number;
+  /** KV blocks held by running requests / capacity (batching model; 0 for FIFO). */
+  readonly kvUtilization: number;
   /** Prefix group the instance now holds (or has committed to compute), if any. */
   readonly cacheAdded?: number;
   /** Prefix group the instance's cache just evicted, if any. */
   readonly cacheEvicted?: number;
+  /** Block keys that became cached since the last report (exact router view, batching model). */
+  readonly blocksAdded?: readonly number[];
+  /** Block keys evicted since the last report (exact router view, batching model). */
+  readonly blocksEvicted?: readonly number[];
+}
+
+/** An instance's own timer: time to report status (periodic reporting). */
+export interface ReportTick {
+  readonly type: "report_tick";
 }
 
 /** Commands the router accepts. */
@@ -84,13 +101,15 @@ export type InstanceCommand =
   /** Internal timer: the request in service finished its prefill. */
   | { readonly type: "prefill_done" }
   /** Internal timer: the request in service finished decoding. */
-  | { readonly type: "decode_done" };
+  | { readonly type: "decode_done" }
+  | ReportTick;
 
 /** Commands the continuous-batching instance accepts. */
 export type BatchingCommand =
   | ServeCommand
   /** Internal timer: the engine step in progress ended. */
-  | { readonly type: "step_done" };
+  | { readonly type: "step_done" }
+  | ReportTick;
 
 // ---- Metrics collector -----------------------------------------------------
 

@@ -90,14 +90,14 @@ export async function simulateRealtime(
         runtime.spawnRemote<ServeCommand>(`instance/${i}`, {
           entry: ENTRY,
           factory: "createInstance",
-          args: [i, config.instances, metrics],
+          args: [i, config, metrics, options.pluginUrl !== undefined],
         }),
     );
     const plugin = options.pluginUrl;
     const router = runtime.spawnRemote<RouteCommand>("router", {
       entry: ENTRY,
       factory: "createRouter",
-      args: [instances, config.policy, plugin],
+      args: [instances, config, plugin],
       permissions: plugin
         ? {
           read: [new URL(plugin)],

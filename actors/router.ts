@@ -4,32 +4,80 @@
  * messages, and places each arriving request with a routing policy.
  */
 import type { RouterView, RoutingPolicy } from "./policies/policy.ts";
-import { assertNever, type InstanceStatus, type RouterCommand, type ServeCommand } from "./protocol.ts";
+import { type CacheView, ExactCacheView } from "./cache_view.ts";
+import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
+import {
+  assertNever,
+  type InstanceStatus,
+  type Request,
+  type RouterCommand,
+  type ServeCommand,
+} from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 
-/** The router's picture of the instances, as their reports left it. */
+/** Options for {@linkcode InstanceTable}. */
+export interface InstanceTableOptions {
+  /** What the router believes is cached. @default exact, group-level */
+  readonly cacheView?: CacheView;
+  /** Tokens per KV block for block matching. @default 16 */
+  readonly blockTokens?: number;
+}
+
+/** The router's picture of the instances, as their reports (and its own routings) left it. */
 export class InstanceTable implements RouterView {
   readonly instanceCount: number;
   routedCount = 0;
   readonly waiting: Int32Array;
   readonly running: Int32Array;
-  readonly #held: Set<number>[];
+  readonly inFlight: Int32Array;
+  readonly kvUtilization: Float64Array;
+  readonly pendingPrefillTokens: Float64Array;
+  readonly decodeBlocks: Float64Array;
+  readonly blockTokens: number;
+  readonly cacheView: CacheView;
+  readonly #routedTo: Int32Array;
+  readonly #finished: Int32Array;
+  #memoRequest: Request | undefined;
+  #memoKeys: BlockKeys | undefined;
+  readonly #memoMatched: Int32Array;
 
-  constructor(instanceCount: number) {
+  constructor(instanceCount: number, options: InstanceTableOptions = {}) {
     this.instanceCount = instanceCount;
     this.waiting = new Int32Array(instanceCount);
     this.running = new Int32Array(instanceCount);
-    this.#held = Array.from({ length: instanceCount }, () => new Set<number>());
+    this.inFlight = new Int32Array(instanceCount);
+    this.kvUtilization = new Float64Array(instanceCount);
+    this.pendingPrefillTokens = new Float64Array(instanceCount);
+    this.decodeBlocks = new Float64Array(instanceCount);
+    this.#routedTo = new Int32Array(instanceCount);
+    this.#finished = new Int32Array(instanceCount);
+    this.#memoMatched = new Int32Array(instanceCount);
+    this.blockTokens = options.blockTokens ?? 16;
+    this.cacheView = options.cacheView ?? new ExactCacheView(instanceCount, "groups");
   }
 
   holds(instance: number, group: number): boolean {
-    return this.#held[instance].has(group);
+    return this.cacheView.holds(instance, group);
   }
 
-  /** Groups an instance is known to hold. */
-  heldBy(instance: number): ReadonlySet<number> {
-    return this.#held[instance];
+  requestBlocks(request: Request): number {
+    return this.#keys(request).count;
+  }
+
+  matchedBlocks(instance: number, request: Request): number {
+    const keys = this.#keys(request);
+    const memo = this.#memoMatched;
+    if (memo[instance] < 0) memo[instance] = this.cacheView.matchedBlocks(instance, request, keys);
+    return memo[instance];
+  }
+
+  /** Records that the router sent `request` to `instance`. */
+  routed(instance: number, request: Request): void {
+    this.routedCount++;
+    this.#routedTo[instance]++;
+    this.inFlight[instance]++;
+    this.cacheView.routed(instance, request, this.#keys(request));
   }
 
   /** Applies one status report. */
@@ -37,8 +85,22 @@ export class InstanceTable implements RouterView {
     const i = status.instance;
     this.waiting[i] = status.waiting;
     this.running[i] = status.running;
-    if (status.cacheEvicted !== undefined) this.#held[i].delete(status.cacheEvicted);
-    if (status.cacheAdded !== undefined) this.#held[i].add(status.cacheAdded);
+    this.#finished[i] = status.finished;
+    this.inFlight[i] = this.#routedTo[i] - status.finished;
+    this.kvUtilization[i] = status.kvUtilization;
+    this.pendingPrefillTokens[i] = status.pendingPrefillTokens;
+    this.decodeBlocks[i] = status.decodeBlocks;
+    this.cacheView.apply(status);
+    this.#memoRequest = undefined;
+  }
+
+  #keys(request: Request): BlockKeys {
+    if (request !== this.#memoRequest) {
+      this.#memoRequest = request;
+      this.#memoKeys = blockKeys(request, this.blockTokens);
+      this.#memoMatched.fill(-1);
+    }
+    return this.#memoKeys!;
   }
 }
 
@@ -52,10 +114,14 @@ export class Router implements Actor<RouterCommand> {
   readonly #instances: readonly ActorRef<ServeCommand>[];
   readonly #policy: RoutingPolicy;
 
-  constructor(instances: readonly ActorRef<ServeCommand>[], policy: RoutingPolicy) {
+  constructor(
+    instances: readonly ActorRef<ServeCommand>[],
+    policy: RoutingPolicy,
+    options: InstanceTableOptions = {},
+  ) {
     this.#instances = instances;
     this.#policy = policy;
-    this.view = new InstanceTable(instances.length);
+    this.view = new InstanceTable(instances.length, options);
   }
 
   handle(message: RouterCommand, ctx: ActorContext<RouterCommand>): void {
@@ -72,7 +138,7 @@ export class Router implements Actor<RouterCommand> {
             { actor: ctx.name, messageType: message.type, timeMs: ctx.now() },
           );
         }
-        view.routedCount++;
+        view.routed(choice, message.request);
         ctx.send(this.#instances[choice], { type: "serve", request: message.request, replyTo: ctx.self });
         break;
       }

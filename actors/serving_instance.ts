@@ -7,14 +7,16 @@
 import { Queue } from "mnemonist";
 import { sampleExponential } from "./distributions.ts";
 import { NO_EVICTION, PrefixCache } from "./prefix_cache.ts";
-import {
-  assertNever,
-  type InstanceCommand,
-  type InstanceStatus,
-  type MetricsCommand,
-  type ServeCommand,
-} from "./protocol.ts";
+import { assertNever, type InstanceCommand, type MetricsCommand, type ServeCommand } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+import { type StatusCounts, StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+
+/** Status on every change, no delay, no block events: the router sees the instance exactly. */
+export const EVENT_DRIVEN: StatusReportingOptions = Object.freeze({
+  intervalMs: 0,
+  delayMs: 0,
+  blockEvents: false,
+});
 
 /** Options for {@linkcode ServingInstance} (the FIFO model). */
 export interface FifoInstanceOptions {
@@ -56,12 +58,22 @@ export class ServingInstance implements Actor<InstanceCommand> {
   #firstTokenMs = 0;
   #cachedTokens = 0;
   #busyMs = 0;
+  #finished = 0;
+  #queuedPromptTokens = 0;
+  #prefillTokens = 0;
+  readonly #reporter: StatusReporter;
 
-  constructor(index: number, options: FifoInstanceOptions, metrics: ActorRef<MetricsCommand>) {
+  constructor(
+    index: number,
+    options: FifoInstanceOptions,
+    metrics: ActorRef<MetricsCommand>,
+    reporting: StatusReportingOptions = EVENT_DRIVEN,
+  ) {
     this.index = index;
     this.#options = options;
     this.#metrics = metrics;
     this.cache = new PrefixCache(options.cacheCapacity);
+    this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
   }
 
   /** Requests waiting, not counting the one in service. */
@@ -90,12 +102,16 @@ export class ServingInstance implements Actor<InstanceCommand> {
       case "decode_done":
         this.#finish(ctx);
         break;
+      case "report_tick":
+        this.#reporter.tick(ctx);
+        break;
       default:
         assertNever(message);
     }
   }
 
   #accept(command: ServeCommand, ctx: ActorContext<InstanceCommand>): void {
+    const reporter = this.#reporter;
     if (this.#current !== undefined && this.#queue.size >= this.#options.maxQueue) {
       ctx.send(this.#metrics, {
         type: "dropped",
@@ -104,36 +120,36 @@ export class ServingInstance implements Actor<InstanceCommand> {
         timeMs: ctx.now(),
         reason: "queue_full",
       });
+      this.#finished++;
+      reporter.changed(ctx, command.replyTo);
       return;
     }
     const group = command.request.prefixGroup;
-    let added = -1, evicted = NO_EVICTION;
     if (group >= 0 && this.cache.capacity > 0) {
-      if (!this.cache.has(group)) added = group;
-      evicted = this.cache.insert(group);
+      if (!this.cache.has(group)) reporter.groupAdded(group);
+      const evicted = this.cache.insert(group);
+      if (evicted !== NO_EVICTION) reporter.groupEvicted(evicted);
     }
-    if (this.#current === undefined) {
-      const restart = this.#start(command, ctx);
-      if (restart.added >= 0) added = restart.added;
-      if (restart.evicted !== NO_EVICTION) evicted = restart.evicted;
-    } else {
+    if (this.#current === undefined) this.#start(command, ctx);
+    else {
       this.#queue.enqueue(command);
+      this.#queuedPromptTokens += command.request.prefixTokens + command.request.suffixTokens;
     }
-    ctx.send(command.replyTo, this.#status(added, evicted));
+    reporter.changed(ctx, command.replyTo);
   }
 
   /** Starts serving; re-inserts the group if it was evicted while waiting. */
-  #start(command: ServeCommand, ctx: ActorContext<InstanceCommand>): { added: number; evicted: number } {
+  #start(command: ServeCommand, ctx: ActorContext<InstanceCommand>): void {
     const { request } = command;
     const group = request.prefixGroup;
-    let added = -1, evicted = NO_EVICTION;
     let cachedTokens = 0;
     if (group >= 0 && this.cache.capacity > 0) {
       if (this.cache.hitComputed(group)) {
         cachedTokens = request.prefixTokens;
       } else if (!this.cache.has(group)) {
-        added = group;
-        evicted = this.cache.insert(group);
+        this.#reporter.groupAdded(group);
+        const evicted = this.cache.insert(group);
+        if (evicted !== NO_EVICTION) this.#reporter.groupEvicted(evicted);
       }
     }
     const options = this.#options;
@@ -145,13 +161,14 @@ export class ServingInstance implements Actor<InstanceCommand> {
     this.#current = command;
     this.#startMs = ctx.now();
     this.#cachedTokens = cachedTokens;
+    this.#prefillTokens = uncached;
     ctx.schedule(prefillMs, PREFILL_DONE);
-    return added < 0 && evicted === NO_EVICTION ? NOTHING_CHANGED : { added, evicted };
   }
 
   #prefillDone(ctx: ActorContext<InstanceCommand>): void {
     const current = this.#current!;
     this.#firstTokenMs = ctx.now();
+    this.#prefillTokens = 0;
     if (current.request.prefixGroup >= 0) this.cache.markComputed(current.request.prefixGroup);
     const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens;
     if (decodeMs > 0) ctx.schedule(decodeMs, DECODE_DONE);
@@ -177,26 +194,23 @@ export class ServingInstance implements Actor<InstanceCommand> {
       },
     });
     this.#current = undefined;
-    let added = -1, evicted = NO_EVICTION;
+    this.#finished++;
     const next = this.#queue.dequeue();
-    if (next !== undefined) ({ added, evicted } = this.#start(next, ctx));
-    ctx.send(replyTo, this.#status(added, evicted));
+    if (next !== undefined) {
+      this.#queuedPromptTokens -= next.request.prefixTokens + next.request.suffixTokens;
+      this.#start(next, ctx);
+    }
+    this.#reporter.changed(ctx, replyTo);
   }
 
-  #status(added: number, evicted: number): InstanceStatus {
-    const status: InstanceStatus = {
-      type: "status",
-      instance: this.index,
+  #counts(): StatusCounts {
+    return {
       waiting: this.#queue.size,
       running: this.#current === undefined ? 0 : 1,
-    };
-    if (added < 0 && evicted === NO_EVICTION) return status;
-    return {
-      ...status,
-      ...(added >= 0 ? { cacheAdded: added } : {}),
-      ...(evicted !== NO_EVICTION ? { cacheEvicted: evicted } : {}),
+      finished: this.#finished,
+      pendingPrefillTokens: this.#queuedPromptTokens + this.#prefillTokens,
+      decodeBlocks: 0,
+      kvUtilization: 0,
     };
   }
 }
-
-const NOTHING_CHANGED = Object.freeze({ added: -1, evicted: NO_EVICTION });

@@ -9,10 +9,12 @@ import type { RoutingPolicy } from "./policies/policy.ts";
 import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
 import type { TraceOptions } from "./trace_reader.ts";
 import { TraceSource } from "./trace_source.ts";
-import { Router } from "./router.ts";
+import { type InstanceTableOptions, Router } from "./router.ts";
 import { Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
-import { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+import { EVENT_DRIVEN, type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+import type { StatusReportingOptions } from "./status_reporter.ts";
+import { createCacheView } from "./cache_view.ts";
 import { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
 import type { EnginePresetName } from "./engine_presets.ts";
 import type { Actor, ActorRef } from "./runtime/kernel.ts";
@@ -47,10 +49,54 @@ export function createServingInstance(
   index: number,
   config: InstancesConfig,
   metrics: ActorRef<MetricsCommand>,
+  reporting: StatusReportingOptions = EVENT_DRIVEN,
 ): ServingInstance | BatchingInstance {
   return config.model === "batching"
-    ? new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics)
-    : new ServingInstance(index, config, metrics);
+    ? new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics, reporting)
+    : new ServingInstance(index, config, metrics, reporting);
+}
+
+/** What the router sees of the instances and how fresh it is. */
+export interface RouterConfig {
+  /** `exact`: built from the instances' cache events; `approximate`: a router-side index updated when routing. @default "exact" */
+  readonly cacheView: "exact" | "approximate";
+  /** Entries per instance of the approximate index; null = unbounded; absent = the instance's own capacity. */
+  readonly approxCapacity?: number | null;
+  /** 0: instances report on every change; > 0: at most once per this many ms. @default 0 */
+  readonly statusIntervalMs: number;
+  /** Network delay of every status report, ms. @default 0 */
+  readonly networkDelayMs: number;
+}
+
+/** Policies that read block-level matches (an exact view of a batching instance then needs its block events). */
+const BLOCK_AWARE = new Set(["sglang_cache_aware", "llmd_weighted", "dynamo_kv", "preble_e2", "vllm_prefix"]);
+
+/** The router's options (cache view, block size) for a config. */
+export function routerOptions(config: SimulationConfig): InstanceTableOptions {
+  const { instances, router } = config;
+  const batching = instances.model === "batching";
+  const capacity = router.approxCapacity === null
+    ? Infinity
+    : router.approxCapacity ?? (batching ? instances.engine.kvBlocks : instances.cacheCapacity);
+  return {
+    blockTokens: instances.engine.blockTokens,
+    cacheView: createCacheView(instances.count, {
+      kind: router.cacheView,
+      unit: batching ? "blocks" : "groups",
+      capacity,
+    }),
+  };
+}
+
+/** How instances report to the router for a config (`pluginPolicy`: the policy is a plugin). */
+export function statusReporting(config: SimulationConfig, pluginPolicy = false): StatusReportingOptions {
+  const { router, instances } = config;
+  return {
+    intervalMs: router.statusIntervalMs,
+    delayMs: router.networkDelayMs,
+    blockEvents: router.cacheView === "exact" && instances.model === "batching" &&
+      (pluginPolicy || BLOCK_AWARE.has(config.policy.name)),
+  };
 }
 
 /** A complete, validated description of one run. */
@@ -59,6 +105,8 @@ export interface SimulationConfig {
   readonly seed: number;
   /** The routing policy. */
   readonly policy: PolicySpec;
+  /** What the router sees, and how late. */
+  readonly router: RouterConfig;
   /** The serving instances. */
   readonly instances: InstancesConfig;
   /** The arriving requests: synthetic, or replayed from `workload.trace` when set. */
@@ -100,15 +148,16 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   const count = config.instances.count;
   const metricsCollector = new MetricsCollector(count);
   const metrics = kernel.spawn("metrics", metricsCollector);
+  const reporting = statusReporting(config, options.policy !== undefined);
   const instances = Array.from(
     { length: count },
-    (_, i) => createServingInstance(i, config.instances, metrics),
+    (_, i) => createServingInstance(i, config.instances, metrics, reporting),
   );
   const instanceRefs = instances.map((instance, i) =>
     kernel.spawn<ServeCommand>(`instance/${i}`, instance as unknown as Actor<ServeCommand>)
   );
   const policy = options.policy ?? createPolicy(config.policy);
-  const router = kernel.spawn("router", new Router(instanceRefs, policy));
+  const router = kernel.spawn("router", new Router(instanceRefs, policy, routerOptions(config)));
   const source = createWorkloadSource(config.workload, router);
   kernel.send(kernel.spawn("source", source), { type: "start" });
   kernel.run({ untilMs: config.untilMs });

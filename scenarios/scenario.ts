@@ -6,7 +6,7 @@
  */
 import { z } from "zod";
 import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
-import { POLICY_NAMES } from "../actors/policies/mod.ts";
+import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
 import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { UsageError } from "./usage_error.ts";
@@ -31,7 +31,22 @@ export const scenarioSchema = z.strictObject({
   policy: z.strictObject({
     name: z.enum(POLICY_NAMES).default("hybrid"),
     threshold: z.number().min(0).default(1),
+    balanceAbs: z.number().min(0).optional(),
+    balanceRel: z.number().min(1).optional(),
+    cacheThreshold: z.number().min(0).max(1).optional(),
+    prefixWeight: z.number().min(0).optional(),
+    queueWeight: z.number().min(0).optional(),
+    kvWeight: z.number().min(0).optional(),
+    temperature: z.number().min(0).optional(),
+    loadFactor: z.number().min(1).optional(),
+    ringPoints: count(1).optional(),
   }).default({ name: "hybrid", threshold: 1 }),
+  router: z.strictObject({
+    cacheView: z.enum(["exact", "approximate"]).default("exact"),
+    approxCapacity: count(1).nullable().optional(),
+    statusIntervalMs: z.number().min(0).default(0),
+    networkDelayMs: z.number().min(0).default(0),
+  }).prefault({}),
   instances: z.strictObject({
     count: count(1).default(4),
     overheadMs: z.number().min(0).default(30),
@@ -97,6 +112,17 @@ export const scenarioSchema = z.strictObject({
   }).prefault({}),
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
+  const allowed = POLICY_PARAMETERS[s.policy.name];
+  for (const key of Object.keys(s.policy)) {
+    if (key === "name" || key === "threshold" || allowed.includes(key)) continue;
+    ctx.addIssue({
+      code: "custom",
+      path: ["policy", key],
+      message: `not a parameter of ${s.policy.name} (its parameters: ${
+        allowed.length > 0 ? allowed.join(", ") : "none"
+      })`,
+    });
+  }
   const trace = s.workload.trace;
   if (trace?.format === "mooncake" && s.instances.model !== "batching") {
     ctx.addIssue({

@@ -5,6 +5,7 @@ import type { BatchingCommand, InstanceStatus, MetricsCommand, Request } from ".
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { simulate } from "../actors/simulation.ts";
 import { Recorder } from "./_recorder.ts";
+import { status } from "./_status.ts";
 import { scenario } from "./_scenarios.ts";
 
 const engine: BatchingInstanceOptions = {
@@ -53,13 +54,10 @@ Deno.test("batching: a lone request's prefill is chunked by the token budget, th
   // two decode steps of 5 + 0.1 ms each
   assertAlmostEquals(r.endMs, 31.2, 1e-9);
   assertEquals([r.promptTokens, r.cachedTokens, r.outputTokens], [600, 0, 3]);
-  assertEquals(s.router.received[0].message, {
-    type: "status",
-    instance: 0,
-    waiting: 0,
-    running: 1,
-    cacheAdded: 3,
-  });
+  assertEquals(
+    s.router.received[0].message,
+    status(0, { running: 1, pendingPrefillTokens: 600, kvUtilization: 38 / 1000, cacheAdded: 3 }),
+  );
   assertEquals(s.router.received.at(-1)!.message.running, 0);
 });
 

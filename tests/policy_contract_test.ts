@@ -8,6 +8,7 @@ import {
 } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
 import { InstanceTable } from "../actors/router.ts";
+import { status } from "./_status.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import examplePlugin from "../scenarios/plugins/cache_with_slack.ts";
 
@@ -20,6 +21,14 @@ const SPECS: PolicySpec[] = [
   { name: "hybrid", threshold: 1 },
   { name: "hybrid", threshold: 4 },
   { name: "random" },
+  { name: "sglang_cache_aware" },
+  { name: "llmd_weighted" },
+  { name: "dynamo_kv" },
+  { name: "dynamo_kv", temperature: 0.5 },
+  { name: "power_of_two" },
+  { name: "chwbl" },
+  { name: "preble_e2" },
+  { name: "vllm_prefix" },
 ];
 
 const request = (group: number): Request => ({
@@ -33,17 +42,19 @@ const request = (group: number): Request => ({
 
 function table(waiting: number[], running: number[], held: number[][] = []): InstanceTable {
   const t = new InstanceTable(waiting.length);
-  waiting.forEach((w, i) => t.apply({ type: "status", instance: i, waiting: w, running: running[i] }));
+  waiting.forEach((w, i) => t.apply(status(i, { waiting: w, running: running[i] })));
   held.forEach((groups, i) =>
-    groups.forEach((g) =>
-      t.apply({ type: "status", instance: i, waiting: waiting[i], running: running[i], cacheAdded: g })
-    )
+    groups.forEach((g) => t.apply(status(i, { waiting: waiting[i], running: running[i], cacheAdded: g })))
   );
   return t;
 }
 
 /** The contract every routing policy must meet, run against one policy factory. */
-function policyContract(label: string, newPolicy: () => RoutingPolicy) {
+function policyContract(
+  label: string,
+  newPolicy: () => RoutingPolicy,
+  kind: { hashAffinity?: boolean } = {},
+) {
   Deno.test(`${label}: always returns a valid instance index`, () => {
     fc.assert(
       fc.property(
@@ -95,16 +106,28 @@ function policyContract(label: string, newPolicy: () => RoutingPolicy) {
       const policy = newPolicy();
       for (let k = 0; k < 4000; k++) {
         view.routedCount = k;
-        counts[policy.choose(request(group), view, random)]++;
+        counts[policy.choose({ ...request(group), id: k }, view, random)]++;
       }
-      for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
+      if (kind.hashAffinity && group >= 0) {
+        // Consistent hashing is affinity by design: one prefix, one instance (while within its load bound).
+        assertEquals(counts.filter((c) => c > 0).length, 1, `counts ${counts}`);
+      } else if (kind.hashAffinity) {
+        // A ring with 256 points per instance divides the key space only roughly evenly.
+        for (const c of counts) assert(c > 600 && c < 1400, `counts ${counts}`);
+      } else {
+        for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
+      }
     });
   }
 }
 
 for (const spec of SPECS) {
-  const label = spec.name === "hybrid" ? `hybrid(thr=${spec.threshold})` : spec.name;
-  policyContract(label, () => createPolicy(spec));
+  const label = spec.name === "hybrid"
+    ? `hybrid(thr=${spec.threshold})`
+    : spec.temperature !== undefined
+    ? `${spec.name}(T=${spec.temperature})`
+    : spec.name;
+  policyContract(label, () => createPolicy(spec), { hashAffinity: spec.name === "chwbl" });
 }
 policyContract("example plugin cache_with_slack", () => examplePlugin);
 

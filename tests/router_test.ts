@@ -6,6 +6,7 @@ import { Router } from "../actors/router.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { Recorder } from "./_recorder.ts";
+import { status } from "./_status.ts";
 
 const request = (id: number, group = -1): Request => ({
   id,
@@ -41,9 +42,9 @@ Deno.test("router forwards each request to the chosen instance with itself as re
 
 Deno.test("router view follows status reports, cache additions and evictions", () => {
   const { kernel, router, ref } = setup(createPolicy({ name: "least_load" }));
-  kernel.send(ref, { type: "status", instance: 1, waiting: 2, running: 1, cacheAdded: 7 });
-  kernel.send(ref, { type: "status", instance: 2, waiting: 0, running: 1, cacheAdded: 7 });
-  kernel.send(ref, { type: "status", instance: 2, waiting: 0, running: 0, cacheEvicted: 7, cacheAdded: 8 });
+  kernel.send(ref, status(1, { waiting: 2, running: 1, cacheAdded: 7 }));
+  kernel.send(ref, status(2, { waiting: 0, running: 1, cacheAdded: 7 }));
+  kernel.send(ref, status(2, { waiting: 0, running: 0, cacheEvicted: 7, cacheAdded: 8 }));
   kernel.run();
   assertEquals([...router.view.waiting], [0, 2, 0]);
   assertEquals([...router.view.running], [0, 1, 0]);
@@ -56,7 +57,7 @@ Deno.test("router view follows status reports, cache additions and evictions", (
 
 Deno.test("router sends a prefix-aware request to the instance holding its group", () => {
   const { kernel, recorders, ref } = setup(createPolicy({ name: "prefix_aware" }));
-  kernel.send(ref, { type: "status", instance: 2, waiting: 3, running: 1, cacheAdded: 4 });
+  kernel.send(ref, status(2, { waiting: 3, running: 1, cacheAdded: 4 }));
   kernel.send(ref, { type: "route", request: request(0, 4) });
   kernel.run();
   assertEquals(recorders.map((r) => r.received.length), [0, 0, 1]);

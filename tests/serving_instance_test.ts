@@ -3,6 +3,7 @@ import type { InstanceCommand, InstanceStatus, MetricsCommand, Request } from ".
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { type FifoInstanceOptions, ServingInstance } from "../actors/serving_instance.ts";
 import { Recorder } from "./_recorder.ts";
+import { status } from "./_status.ts";
 
 const options: FifoInstanceOptions = {
   overheadMs: 10,
@@ -40,8 +41,8 @@ Deno.test("instance reports accept at once and completes after overhead + prefil
   serve(req(0, 5), 0);
   kernel.run();
   assertEquals(router.received, [
-    { timeMs: 0, message: { type: "status", instance: 3, waiting: 0, running: 1, cacheAdded: 5 } },
-    { timeMs: 70, message: { type: "status", instance: 3, waiting: 0, running: 0 } },
+    { timeMs: 0, message: status(3, { running: 1, pendingPrefillTokens: 120, cacheAdded: 5 }) },
+    { timeMs: 70, message: status(3, { finished: 1 }) },
   ]);
   assertEquals(metrics.received, [{
     timeMs: 70,

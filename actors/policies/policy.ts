@@ -16,8 +16,26 @@ export interface RouterView {
   readonly waiting: ArrayLike<number>;
   /** Per instance: requests in service. */
   readonly running: ArrayLike<number>;
-  /** Whether `instance` reported holding prefix `group` (and not its eviction since). */
+  /**
+   * Per instance: requests the router sent there that it has not yet heard
+   * finished (its own count of routings minus the instance's reported
+   * finishes) — the "load" SGLang-style routers track.
+   */
+  readonly inFlight: ArrayLike<number>;
+  /** Per instance: share of KV blocks in use, as last reported (batching model; 0 for FIFO). */
+  readonly kvUtilization: ArrayLike<number>;
+  /** Per instance: prompt tokens still to prefill, as last reported. */
+  readonly pendingPrefillTokens: ArrayLike<number>;
+  /** Per instance: KV blocks held by decoding sequences, as last reported. */
+  readonly decodeBlocks: ArrayLike<number>;
+  /** Tokens per KV block in the router's view of caches. */
+  readonly blockTokens: number;
+  /** Whether `instance` is believed to hold prefix `group` (see the scenario's cache view). */
   holds(instance: number, group: number): boolean;
+  /** Keyed prompt blocks of `request` (the part any cache could hold). */
+  requestBlocks(request: Request): number;
+  /** Leading keyed blocks of `request` believed cached at `instance`. */
+  matchedBlocks(instance: number, request: Request): number;
 }
 
 /**

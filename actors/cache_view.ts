@@ -1,0 +1,136 @@
+/**
+ * @module
+ * What the router believes each instance has cached. *Exact*: built from the
+ * instances' own cache events (groups, and block keys for the batching
+ * model). *Approximate*: a router-side index updated when the router routes a
+ * request (as SGLang's radix tree, llm-d's block index and vLLM
+ * production-stack's trie are), with its own capacity and LRU eviction.
+ */
+import { LRUMap } from "mnemonist";
+import type { BlockKeys } from "./prefix_keys.ts";
+import type { InstanceStatus, Request } from "./protocol.ts";
+
+/** The router's belief about instance caches. */
+export interface CacheView {
+  /** Whether `instance` is believed to hold prefix `group`. */
+  holds(instance: number, group: number): boolean;
+  /** Leading keyed blocks of the request believed cached at `instance`. */
+  matchedBlocks(instance: number, request: Request, keys: BlockKeys): number;
+  /** The router sent `request` to `instance`. */
+  routed(instance: number, request: Request, keys: BlockKeys): void;
+  /** An instance reported. */
+  apply(status: InstanceStatus): void;
+}
+
+/** Options for {@linkcode createCacheView}. */
+export interface CacheViewOptions {
+  /** `exact` (from instance events) or `approximate` (router-side index). */
+  readonly kind: "exact" | "approximate";
+  /** `groups`: the FIFO model caches whole prefix groups; `blocks`: the batching model caches blocks. */
+  readonly unit: "groups" | "blocks";
+  /** Approximate view: entries per instance (groups or blocks). */
+  readonly capacity: number;
+}
+
+/** Builds the cache view a scenario asks for. */
+export function createCacheView(instanceCount: number, options: CacheViewOptions): CacheView {
+  return options.kind === "exact"
+    ? new ExactCacheView(instanceCount, options.unit)
+    : new ApproximateCacheView(instanceCount, options.unit, options.capacity);
+}
+
+const leading = (has: (key: number) => boolean, keys: BlockKeys): number => {
+  let n = 0;
+  while (n < keys.count && has(keys.keyAt(n))) n++;
+  return n;
+};
+
+/** From the instances' reports: groups advertised, and block keys cached (batching). */
+export class ExactCacheView implements CacheView {
+  readonly #groups: Set<number>[];
+  readonly #blocks: Set<number>[];
+  readonly #unit: "groups" | "blocks";
+
+  constructor(instanceCount: number, unit: "groups" | "blocks") {
+    this.#unit = unit;
+    this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
+    this.#blocks = Array.from({ length: instanceCount }, () => new Set<number>());
+  }
+
+  holds(instance: number, group: number): boolean {
+    return this.#groups[instance].has(group);
+  }
+
+  matchedBlocks(instance: number, request: Request, keys: BlockKeys): number {
+    if (this.#unit === "groups") {
+      return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
+    }
+    const blocks = this.#blocks[instance];
+    return leading((k) => blocks.has(k), keys);
+  }
+
+  routed(): void {}
+
+  apply(status: InstanceStatus): void {
+    const i = status.instance;
+    if (status.cacheEvicted !== undefined) this.#groups[i].delete(status.cacheEvicted);
+    if (status.cacheAdded !== undefined) this.#groups[i].add(status.cacheAdded);
+    if (status.blocksEvicted) { for (const k of status.blocksEvicted) this.#blocks[i].delete(k); }
+    if (status.blocksAdded) { for (const k of status.blocksAdded) this.#blocks[i].add(k); }
+  }
+}
+
+/** The little a router-side index needs: membership and insert-or-touch. */
+interface Index {
+  has(key: number): boolean;
+  set(key: number, value: true): unknown;
+}
+
+/** An index without eviction (vLLM production-stack's trie never forgets). */
+class UnboundedIndex implements Index {
+  readonly #keys = new Set<number>();
+  has(key: number): boolean {
+    return this.#keys.has(key);
+  }
+  set(key: number): void {
+    this.#keys.add(key);
+  }
+}
+
+/** A router-side LRU index per instance, filled when the router routes. */
+export class ApproximateCacheView implements CacheView {
+  readonly #groups: Index[];
+  readonly #blocks: Index[];
+  readonly #unit: "groups" | "blocks";
+
+  /** @param capacity Entries per instance; `Infinity` for an index that never evicts. */
+  constructor(instanceCount: number, unit: "groups" | "blocks", capacity: number) {
+    this.#unit = unit;
+    const make = (): Index =>
+      Number.isFinite(capacity) ? new LRUMap<number, true>(Math.max(1, capacity)) : new UnboundedIndex();
+    this.#groups = Array.from({ length: instanceCount }, make);
+    this.#blocks = unit === "blocks" ? Array.from({ length: instanceCount }, make) : [];
+  }
+
+  holds(instance: number, group: number): boolean {
+    return this.#groups[instance].has(group);
+  }
+
+  matchedBlocks(instance: number, request: Request, keys: BlockKeys): number {
+    if (this.#unit === "groups") {
+      return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
+    }
+    const blocks = this.#blocks[instance];
+    return leading((k) => blocks.has(k), keys);
+  }
+
+  routed(instance: number, request: Request, keys: BlockKeys): void {
+    if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
+    if (this.#unit === "blocks") {
+      const blocks = this.#blocks[instance];
+      for (let j = 0; j < keys.count; j++) blocks.set(keys.keyAt(j), true);
+    }
+  }
+
+  apply(): void {}
+}

@@ -1,0 +1,26 @@
+/**
+ * @module
+ * The arg-max every scored policy needs, with a uniformly random choice among
+ * equal scores (reservoir sampling), so no instance collects every tie.
+ */
+import type { RandomStream } from "../runtime/random_stream.ts";
+
+/**
+ * The index in [0, n) with the highest `score` (among those `score` does not
+ * return NaN for); ties uniformly at random. −1 if every score is NaN.
+ */
+export function pickBy(n: number, score: (i: number) => number, random: RandomStream): number {
+  let best = -1, bestScore = -Infinity, ties = 0;
+  for (let i = 0; i < n; i++) {
+    const s = score(i);
+    if (Number.isNaN(s)) continue;
+    if (best < 0 || s > bestScore) {
+      best = i;
+      bestScore = s;
+      ties = 1;
+    } else if (s === bestScore && random() * ++ties < 1) {
+      best = i;
+    }
+  }
+  return best;
+}

@@ -1,0 +1,47 @@
+/**
+ * @module
+ * SGLang router's `cache_aware` policy (sgl-router / model gateway): balance
+ * load when it is badly skewed, otherwise follow the longest prefix match if
+ * it covers enough of the request.
+ */
+import type { RoutingPolicy } from "./policy.ts";
+import { pickBy } from "./_pick.ts";
+
+/** Parameters of {@linkcode sglangCacheAware}, with SGLang's shipped defaults. */
+export interface SglangCacheAwareOptions {
+  /** Absolute load gap that, with the relative one, triggers balancing. @default 64 */
+  readonly balanceAbs?: number;
+  /** Relative load ratio that, with the absolute one, triggers balancing. @default 1.5 */
+  readonly balanceRel?: number;
+  /** Matched/total prompt share above which the best match wins. @default 0.3 */
+  readonly cacheThreshold?: number;
+}
+
+/**
+ * If `max − min > balanceAbs` and `max > balanceRel × min` (load = the
+ * router's in-flight count) → the least-loaded instance. Otherwise the
+ * instance with the longest prefix match, if matched/total >
+ * `cacheThreshold`; else the least-loaded. Ties at random.
+ */
+export function sglangCacheAware(options: SglangCacheAwareOptions = {}): RoutingPolicy {
+  const balanceAbs = options.balanceAbs ?? 64, balanceRel = options.balanceRel ?? 1.5;
+  const cacheThreshold = options.cacheThreshold ?? 0.3;
+  return {
+    name: "sglang_cache_aware",
+    choose(request, view, random) {
+      const load = view.inFlight;
+      let max = -Infinity, min = Infinity;
+      for (let i = 0; i < view.instanceCount; i++) {
+        if (load[i] > max) max = load[i];
+        if (load[i] < min) min = load[i];
+      }
+      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load[i], random);
+      if (max - min > balanceAbs && max > balanceRel * min) return leastLoaded();
+      const total = request.prefixTokens + request.suffixTokens;
+      // Longest match; among equal matches the less loaded (SGLang walks its tree to the deepest node).
+      const best = pickBy(view.instanceCount, (i) => view.matchedBlocks(i, request) * 1e9 - load[i], random);
+      const matchedTokens = view.matchedBlocks(best, request) * view.blockTokens;
+      return total > 0 && matchedTokens / total > cacheThreshold ? best : leastLoaded();
+    },
+  };
+}

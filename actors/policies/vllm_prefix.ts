@@ -1,0 +1,16 @@
+/**
+ * @module
+ * vLLM production-stack's `prefixaware` router: random among the instances
+ * with the longest prefix match; random when nothing matches. No load term.
+ */
+import type { RoutingPolicy } from "./policy.ts";
+import { pickBy } from "./_pick.ts";
+
+/** Longest match, ties (and no match) uniformly at random. */
+export function vllmPrefix(): RoutingPolicy {
+  return {
+    name: "vllm_prefix",
+    choose: (request, view, random) =>
+      pickBy(view.instanceCount, (i) => view.matchedBlocks(i, request), random),
+  };
+}
