@@ -76,13 +76,17 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
  * Parses argv strictly: an unknown flag, a missing value or a stray argument
  * is a {@linkcode UsageError}.
  */
-export function parseFlags<O extends ParseArgsConfig["options"]>(args: readonly string[], options: O) {
+export function parseFlags<O extends ParseArgsConfig["options"]>(
+  args: readonly string[],
+  options: O,
+  allowPositionals = false,
+) {
   try {
     return parseArgs({
       args: joinNegativeValues(args, options),
       options,
       strict: true,
-      allowPositionals: false,
+      allowPositionals,
     });
   } catch (error) {
     const message = (error as Error).message;

@@ -130,24 +130,87 @@ export function studyCharts(rows: readonly SummaryRow[], study: Study, sweep: Sw
   const original = [RATE, ZIPF, FRAC].every((a) => sweep.axes.includes(a));
   if (original) return originalCharts(rows, study);
   const loadAxis = LOAD_AXES.find((a) => sweep.axes.includes(a));
-  return loadAxis ? loadCharts(rows, study, loadAxis) : [];
+  const charts = loadAxis ? loadCharts(rows, study, loadAxis, sweep) : [];
+  if (sweep.focus !== undefined && sweep.focus !== loadAxis) {
+    charts.push(focusChart(rows, sweep, sweep.focus));
+  }
+  return charts;
+}
+
+/** Colours for every variant: the study's four keep theirs, others take the palette in order. */
+function variantColors(sweep: Sweep) {
+  let next = 0;
+  const labels = sweep.variants.map((v) => v.label);
+  const range = labels.map((l) => COLORS[l] ?? SERIES_COLORS[next++ % SERIES_COLORS.length]);
+  return { domain: labels, range, legend: labels.map((label, i) => ({ label, color: range[i] })) };
+}
+
+/** Means of a metric per (variant, value of `axis`), over all other axes. */
+function meansBy(rows: readonly SummaryRow[], axis: string, metric: (r: SummaryRow) => number) {
+  const groups = new Map<string, { label: string; x: number | string; sum: number; n: number }>();
+  for (const r of rows) {
+    const key = `${r.label}\u0000${r.axes[axis]}`;
+    const g = groups.get(key) ?? { label: r.label, x: r.axes[axis], sum: 0, n: 0 };
+    g.sum += metric(r);
+    g.n++;
+    groups.set(key, g);
+  }
+  return [...groups.values()].map((g) => ({ strategy: g.label, x: g.x, y: g.sum / g.n }));
+}
+
+/** Mean TTFT of every policy against the sweep's focus axis. */
+function focusChart(rows: readonly SummaryRow[], sweep: Sweep, focus: string): Chart {
+  const colors = variantColors(sweep);
+  const data = meansBy(rows, focus, (r) => r.mean.ttftMeanMs);
+  const numeric = data.every((d) => typeof d.x === "number");
+  return {
+    file: "ttft_by_focus.png",
+    title: `Mean TTFT by ${focus}`,
+    svg: figure(
+      `Mean TTFT by ${focus}`,
+      "Mean over seeds and over the sweep's other axes",
+      colors.legend,
+      plot({
+        x: { label: focus, ...(numeric ? { type: "point" as const } : {}) },
+        y: { label: "mean TTFT (ms)", grid: true },
+        color: { domain: colors.domain, range: colors.range },
+        marks: [
+          Plot.lineY(data, { x: "x", y: "y", stroke: "strategy", strokeWidth: 2 }),
+          Plot.dot(data, { x: "x", y: "y", fill: "strategy", r: 3.5 }),
+        ],
+      }),
+    ),
+  };
 }
 
 /** Charts of a sweep over load only (a trace replay at several speeds, say). */
-function loadCharts(rows: readonly SummaryRow[], study: Study, loadAxis: string): Chart[] {
+function loadCharts(rows: readonly SummaryRow[], study: Study, loadAxis: string, sweep: Sweep): Chart[] {
   const xLabel = loadAxis === RATE
     ? "arrival rate (requests/s)"
     : "trace speed (× the trace's own arrival rate)";
-  const data = rows.filter((r) => (STRATEGIES as readonly string[]).includes(r.label)).map((r) => ({
-    strategy: r.label,
-    load: Number(r.axes[loadAxis]),
-    ttft: r.mean.ttftMeanMs,
-    ttftLo: Math.max(1, r.mean.ttftMeanMs - r.ci95.ttftMeanMs),
-    ttftHi: r.mean.ttftMeanMs + r.ci95.ttftMeanMs,
-    hit: r.mean.tokenHitRate,
-    imbalance: r.mean.imbalance,
-    tpot: r.mean.tpotMeanMs,
-  }));
+  const colors = variantColors(sweep);
+  const strategyColor = { domain: colors.domain, range: colors.range };
+  const strategyLegend = colors.legend;
+  // One value per (policy, load): means over any other axes (and over seeds already).
+  const metric = (f: (r: SummaryRow) => number) =>
+    new Map(meansBy(rows, loadAxis, f).map((d) => [`${d.strategy}|${d.x}`, d.y]));
+  const ttft = metric((r) => r.mean.ttftMeanMs), ci = metric((r) => r.ci95.ttftMeanMs);
+  const hit = metric((r) => r.mean.tokenHitRate), imb = metric((r) => r.mean.imbalance);
+  const tpot = metric((r) => r.mean.tpotMeanMs);
+  const data = [...ttft.keys()].map((key) => {
+    const [strategy, load] = key.split("|");
+    const t = ttft.get(key)!, c = ci.get(key)!;
+    return {
+      strategy,
+      load: Number(load),
+      ttft: t,
+      ttftLo: Math.max(1, t - c),
+      ttftHi: t + c,
+      hit: hit.get(key)!,
+      imbalance: imb.get(key)!,
+      tpot: tpot.get(key)!,
+    };
+  });
   const line = (y: string, yLabel: string, extra: Plot.Markish[] = [], log = false) =>
     plot({
       x: { label: xLabel, grid: true },

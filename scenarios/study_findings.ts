@@ -346,7 +346,18 @@ export const ORIGINAL = {
   },
 } as const;
 
-/** `summary.txt`. */
+/** The opening lines of any sweep's `summary.txt`. */
+export function formatHeader(sweep: Sweep, runs: number, requests: number): string {
+  return [
+    "request-routing-sim — sweep summary",
+    "",
+    ...(sweep.description ? [sweep.description, ""] : []),
+    `${sweep.points.length} points × ${sweep.variants.length} policy variants × ${sweep.seeds.length} seeds = ${runs} runs, ` +
+    `${requests.toLocaleString("en-US")} simulated requests. Metrics are means over seeds.`,
+  ].join("\n") + "\n";
+}
+
+/** `summary.txt` of a sweep of the original study's four strategies. */
 export function formatSummary(sweep: Sweep, study: Study, runs: number, requests: number): string {
   const lines: string[] = [];
   lines.push("request-routing-sim — sweep summary", "");

@@ -12,8 +12,10 @@ import { parseFlags, runCommand } from "./command_line.ts";
 import { readJsonFile } from "./scenario.ts";
 import { studyCharts, toPng } from "./plots.ts";
 import { reportHtml } from "./report.ts";
-import { analyse, formatSummary } from "./study_findings.ts";
-import { parseSweep, type Sweep, type SweepPlugin } from "./sweep_spec.ts";
+import { analyse, formatHeader, formatSummary, STRATEGIES } from "./study_findings.ts";
+import { formatComparison } from "./comparison_summary.ts";
+import { parseSweep, type Sweep } from "./sweep_spec.ts";
+import { journalHeader, JournalWriter, readJournal, shardPoints } from "./sweep_journal.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
 import { summarise, toCsv } from "./sweep_summary.ts";
 import { UsageError } from "./usage_error.ts";
@@ -31,11 +33,15 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --quick          the small preset ${QUICK_SPEC} (a corner of the default grid)
   --workers N      Worker threads, integer >= 1 (default: number of cores)
   --router FILE.ts add a router plugin as one more policy of the sweep
+  --shard i/n      run only shard i of n (every n-th point) and record it for 'deno task merge'
+  --resume         finish an interrupted sweep (or shard): run only the points its journal lacks
   --out DIR        output directory (default results; results/quick with --quick)
   -h, --help       show this help`;
 
 const OPTIONS = {
   spec: { type: "string" },
+  shard: { type: "string" },
+  resume: { type: "boolean" },
   quick: { type: "boolean" },
   workers: { type: "string" },
   out: { type: "string" },
@@ -48,7 +54,12 @@ export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<s
   const rows = summarise(sweep, results);
   const study = analyse(sweep, rows);
   const requests = results.reduce((a, r) => a + r.requests, 0);
-  const summary = formatSummary(sweep, study, results.length, requests);
+  const isStudy = STRATEGIES.every((s) => sweep.variants.some((v) => v.label === s));
+  const summary =
+    (isStudy
+      ? formatSummary(sweep, study, results.length, requests)
+      : formatHeader(sweep, results.length, requests)) +
+    formatComparison(sweep, rows);
   const charts = studyCharts(rows, study, sweep);
   const files = new Map<string, string | Uint8Array>();
   files.set("sweep_summary.csv", toCsv(sweep, rows));
@@ -58,22 +69,24 @@ export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<s
   return files;
 }
 
-async function readSweep(path: string, plugin?: SweepPlugin): Promise<Sweep> {
-  return parseSweep(await readJsonFile(path, "--spec"), plugin);
-}
-
 /**
  * Progress on stderr: a bar on a terminal, a line every 10% otherwise.
  * Counts points (all of a point's runs done) and runs.
  */
-function progressReporter(sweep: Sweep) {
+function progressReporter(sweep: Sweep, todo: readonly number[]) {
   const start = performance.now();
-  const total = sweep.runs.length, points = sweep.points.length;
-  const runsPerPoint = total / points;
-  const donePerPoint = new Array<number>(points).fill(0);
+  const total = todo.length;
+  const leftPerPoint = new Map<number, number>();
+  for (const i of todo) {
+    leftPerPoint.set(sweep.runs[i].point, (leftPerPoint.get(sweep.runs[i].point) ?? 0) + 1);
+  }
+  const points = leftPerPoint.size;
   let pointsDone = 0;
   const record = (run: number) => {
-    if (++donePerPoint[sweep.runs[run].point] === runsPerPoint) pointsDone++;
+    const point = sweep.runs[run].point;
+    const left = leftPerPoint.get(point)! - 1;
+    leftPerPoint.set(point, left);
+    if (left === 0) pointsDone++;
   };
   const rate = (done: number) => (done / ((performance.now() - start) / 1000)).toFixed(0);
   if (Deno.stderr.isTerminal()) {
@@ -110,6 +123,24 @@ function progressReporter(sweep: Sweep) {
   };
 }
 
+/** Parses `--shard i/n`. */
+function parseShard(raw: string | undefined): { index: number; count: number } {
+  if (raw === undefined) return { index: 1, count: 1 };
+  const m = /^(\d+)\/(\d+)$/.exec(raw);
+  const index = m ? Number(m[1]) : NaN, count = m ? Number(m[2]) : NaN;
+  if (!(count >= 1 && index >= 1 && index <= count)) {
+    throw new UsageError(`--shard: expected i/n with 1 <= i <= n (e.g. 2/8), got "${raw}"`);
+  }
+  return { index, count };
+}
+
+/** The journal file of a sweep (or of one shard) in `out`. */
+export function journalPath(out: string, shard: { index: number; count: number }): string {
+  return shard.count === 1
+    ? `${out}/sweep_journal.jsonl`
+    : `${out}/shard-${shard.index}-of-${shard.count}.jsonl`;
+}
+
 if (import.meta.main) {
   await runCommand(async () => {
     const { values } = parseFlags(Deno.args, OPTIONS);
@@ -122,13 +153,61 @@ if (import.meta.main) {
         throw new UsageError(`--workers: expected an integer >= 1, got "${values.workers}"`);
       }
     }
+    const shard = parseShard(values.shard);
     // The quick preset must not overwrite the committed full results.
     const out = values.out ?? (values.quick ? "results/quick" : "results");
     const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
-    const sweep = await readSweep(
-      values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC,
-      plugin && { name: plugin.policy.name, url: plugin.url },
+    const pluginInfo = plugin && { name: plugin.policy.name, url: plugin.url };
+    const specPath = values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC;
+    const spec = await readJsonFile(specPath, "--spec");
+    const sweep = parseSweep(spec, pluginInfo);
+    const mine = shardPoints(sweep.points.length, shard.index, shard.count);
+    const header = journalHeader(spec, shard, mine, pluginInfo);
+
+    // Points already recorded (with --resume), and the journal to append to.
+    await Deno.mkdir(out, { recursive: true });
+    const journalFile = journalPath(out, shard);
+    const done = new Map<number, readonly RunResult[]>();
+    let journal: JournalWriter;
+    if (values.resume) {
+      const previous = await readJournal(journalFile);
+      const h = previous.header;
+      if (h.version !== header.version) {
+        throw new UsageError(
+          `--resume: ${journalFile} was written by version ${h.version}, this is ${header.version}; start afresh without --resume`,
+        );
+      }
+      if (
+        h.specHash !== header.specHash || JSON.stringify(h.plugin) !== JSON.stringify(header.plugin) ||
+        h.shard.index !== shard.index || h.shard.count !== shard.count
+      ) {
+        throw new UsageError(
+          `--resume: ${journalFile} belongs to a different sweep (spec, plugin or shard differ); start afresh without --resume`,
+        );
+      }
+      for (const [p, runs] of previous.points) done.set(p, runs);
+      journal = await JournalWriter.resume(journalFile, previous.validBytes);
+      console.error(
+        `resuming: ${done.size} of ${mine.length} points already recorded` +
+          (previous.torn ? " (a torn last record was dropped and will be re-run)" : ""),
+      );
+    } else {
+      journal = await JournalWriter.create(journalFile, header);
+    }
+
+    // The runs still to do, and per point how many are left.
+    const todo = sweep.runs.map((_, i) => i).filter((i) =>
+      mine.includes(sweep.runs[i].point) && !done.has(sweep.runs[i].point)
     );
+    const mineSet = new Set(mine);
+    const pointRuns = new Map<number, number[]>();
+    sweep.runs.forEach((run, i) => {
+      if (mineSet.has(run.point)) pointRuns.set(run.point, [...(pointRuns.get(run.point) ?? []), i]);
+    });
+    const finished: (RunResult | undefined)[] = new Array(sweep.runs.length);
+    const left = new Map<number, number>();
+    for (const i of todo) left.set(sweep.runs[i].point, (left.get(sweep.runs[i].point) ?? 0) + 1);
+    let writes = Promise.resolve();
 
     const abort = new AbortController();
     let writing = false;
@@ -139,29 +218,65 @@ if (import.meta.main) {
     };
     Deno.addSignalListener("SIGINT", onInterrupt);
     const start = performance.now();
-    const progress = progressReporter(sweep);
-    let results: RunResult[];
+    const progress = progressReporter(sweep, todo);
     try {
-      results = await runOnWorkers(sweep.runs, {
+      await runOnWorkers(todo.map((i) => sweep.runs[i]), {
         workers,
         signal: abort.signal,
-        onProgress: (done, _result, run) => progress.update(done, run),
+        onProgress: (count, result, k) => {
+          const run = todo[k];
+          finished[run] = result;
+          progress.update(count, run);
+          const point = sweep.runs[run].point;
+          const remaining = left.get(point)! - 1;
+          left.set(point, remaining);
+          if (remaining === 0) {
+            const runs = pointRuns.get(point)!.map((i) => finished[i]!);
+            done.set(point, runs);
+            writes = writes.then(() => journal.add({ point, runs }));
+          }
+        },
       });
+      await writes;
     } catch (error) {
       progress.stop();
+      await writes.catch(() => {});
+      journal.close();
       if (error instanceof DOMException && error.name === "AbortError") {
-        console.error(`interrupted: nothing written; the previous results in ${out}/ are untouched`);
+        console.error(
+          `interrupted: ${done.size} of ${mine.length} points are recorded in ${journalFile}; ` +
+            `run the same command with --resume to finish. Previous results in ${out}/ are untouched`,
+        );
         Deno.exit(130);
       }
       throw error;
     }
+    journal.close();
     progress.stop();
     const simulatedSeconds = (performance.now() - start) / 1000;
+    const simulated = todo.reduce((a, i) => a + finished[i]!.requests, 0);
+    const rate = `${(simulated / simulatedSeconds / 1000).toFixed(0)}k requests/s`;
+
+    if (shard.count > 1) {
+      Deno.removeSignalListener("SIGINT", onInterrupt);
+      console.error(
+        `shard ${shard.index}/${shard.count} done: ${mine.length} points, ${todo.length} runs simulated in ${
+          simulatedSeconds.toFixed(1)
+        } s (${rate}); ` +
+          `wrote ${journalFile}. When every shard is done: deno task merge DIR…`,
+      );
+      return;
+    }
 
     writing = true; // finish writing even if interrupted: every file is replaced atomically
+    // Runs of a point are contiguous in run order, so run i is its point's (i − first run) result.
+    const firstRun = new Map<number, number>();
+    sweep.runs.forEach((run, i) => firstRun.has(run.point) || firstRun.set(run.point, i));
+    const results = sweep.runs.map((run, i) => done.get(run.point)![i - firstRun.get(run.point)!]);
     const files = sweepOutputs(sweep, results);
     await Deno.mkdir(`${out}/plots`, { recursive: true });
     for (const [path, data] of files) await writeFileAtomic(`${out}/${path}`, data);
+    await Deno.remove(journalFile); // the outputs now hold everything it recorded
     Deno.removeSignalListener("SIGINT", onInterrupt);
     if (interruptedWhileWriting) {
       console.error(
@@ -169,15 +284,15 @@ if (import.meta.main) {
       );
       Deno.exit(130);
     }
-
     const requests = results.reduce((a, r) => a + r.requests, 0);
     const wall = (performance.now() - start) / 1000;
     console.error(
       `sweep done: ${sweep.runs.length} runs, ${
         requests.toLocaleString("en-US")
-      } requests on ${workers} workers in ${wall.toFixed(1)} s wall (${
-        simulatedSeconds.toFixed(1)
-      } s simulating, ${(requests / simulatedSeconds / 1000).toFixed(0)}k requests/s); wrote ${out}/`,
+      } requests on ${workers} workers in ` +
+        `${wall.toFixed(1)} s wall (${
+          simulatedSeconds.toFixed(1)
+        } s simulating ${todo.length} runs, ${rate}); wrote ${out}/`,
     );
   });
 }

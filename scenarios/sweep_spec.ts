@@ -5,7 +5,7 @@
  * that name the field; expanded into the list of runs.
  */
 import { z } from "zod";
-import { POLICY_NAMES } from "../actors/policies/mod.ts";
+import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { deepMerge, parseScenario, scenarioPath } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
@@ -17,12 +17,15 @@ const sweepSchema = z.strictObject({
     (axes) => Object.keys(axes).length > 0,
     { message: "expected at least one axis" },
   ),
-  policies: z.array(z.strictObject({
-    name: z.enum(POLICY_NAMES),
-    threshold: z.number().min(0).optional(),
-    thresholds: z.array(z.number().min(0)).min(1).optional(),
-  })).min(1),
+  policies: z.array(
+    z.object({
+      name: z.enum(POLICY_NAMES),
+      threshold: z.number().min(0).optional(),
+      thresholds: z.array(z.number().min(0)).min(1).optional(),
+    }).catchall(z.number()),
+  ).min(1),
   seeds: z.array(z.number().int().min(0)).min(1),
+  focus: z.string().optional(),
 });
 
 /** One policy variant of a sweep: a built-in policy (e.g. `hybrid` with threshold 2) or a plugin. */
@@ -35,6 +38,8 @@ export interface PolicyVariant {
   readonly label: string;
   /** The plugin module (`file:` URL), for a plugin variant. */
   readonly pluginUrl?: string;
+  /** Policy parameters other than hybrid's threshold. */
+  readonly params?: Readonly<Record<string, number>>;
 }
 
 /** A router plugin to add to a sweep's policies. */
@@ -63,6 +68,8 @@ export interface SweepRun {
 /** A validated, expanded sweep. */
 export interface Sweep {
   readonly description: string;
+  /** The axis whose effect the summary reports policy by policy, if any. */
+  readonly focus?: string;
   /** Axis paths, in order (the first varies slowest). */
   readonly axes: readonly string[];
   /** Column name of each axis in the CSV (its last path segment, unless two collide). */
@@ -117,10 +124,28 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
     });
   }
 
-  const variants: PolicyVariant[] = spec.policies.flatMap((p): PolicyVariant[] => {
-    if (p.name !== "hybrid") return [{ name: p.name, label: p.name }];
-    const thresholds = p.thresholds ?? [p.threshold ?? 1];
-    return thresholds.map((threshold) => ({ name: p.name, threshold, label: `hybrid(thr=${threshold})` }));
+  if (spec.focus !== undefined && !axes.includes(spec.focus)) {
+    throw new UsageError(
+      `sweep.focus: expected one of the axes (${axes.join(", ")}), got ${JSON.stringify(spec.focus)}`,
+    );
+  }
+  const variants: PolicyVariant[] = spec.policies.flatMap((p, i): PolicyVariant[] => {
+    const { name, threshold, thresholds, ...params } = p;
+    const allowed = POLICY_PARAMETERS[name];
+    for (const key of Object.keys(params)) {
+      if (!allowed.includes(key)) {
+        throw new UsageError(
+          `sweep.policies[${i}].${key}: not a parameter of ${name} (its parameters: ${
+            allowed.join(", ") || "none"
+          })`,
+        );
+      }
+    }
+    if (name !== "hybrid") {
+      const shown = Object.entries(params).map(([k, v]) => `${k}=${v}`).join(",");
+      return [{ name, label: shown ? `${name}(${shown})` : name, params }];
+    }
+    return (thresholds ?? [threshold ?? 1]).map((t) => ({ name, threshold: t, label: `hybrid(thr=${t})` }));
   });
   if (plugin) variants.push({ name: plugin.name, label: plugin.name, pluginUrl: plugin.url });
   const labels = variants.map((v) => v.label);
@@ -147,7 +172,7 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
           ? {} // the plugin replaces the scenario's policy
           : variant.name === "hybrid"
           ? { name: variant.name, threshold: variant.threshold }
-          : { name: variant.name };
+          : { name: variant.name, ...variant.params };
         const config = parseScenario(deepMerge(scenario, { seed, policy }));
         runs.push({ point: point.index, variant: v, seed, config, pluginUrl: variant.pluginUrl });
       }
@@ -155,6 +180,7 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
   }
   return {
     description: spec.description,
+    focus: spec.focus,
     axes,
     axisColumns: columnNames(axes),
     points,

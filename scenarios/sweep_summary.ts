@@ -73,7 +73,7 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
       rows.push({
         point: point.index,
         axes: point.values,
-        policy: variant.name,
+        policy: variant.name === "hybrid" ? variant.name : variant.label,
         threshold: variant.threshold,
         label: variant.label,
         seeds: group.length,

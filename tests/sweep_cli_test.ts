@@ -1,5 +1,6 @@
 /** `deno task sweep` as a user runs it: bad input, and Ctrl-C mid-sweep. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+import { readJournal } from "../scenarios/sweep_journal.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 
@@ -62,7 +63,11 @@ Deno.test("Ctrl-C during a sweep exits 130 and leaves the previous results untou
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
   const names = [...Deno.readDirSync(out)].map((e) => e.name);
   assert(names.every((n) => !n.includes(".tmp-")), `leftover temp files: ${names}`);
-  assertEquals(names, ["summary.txt"]);
+  // The previous results are untouched; the journal of finished points stays for --resume.
+  assertEquals(names.sort(), ["summary.txt", "sweep_journal.jsonl"]);
+  assertStringIncludes(seen, "--resume");
+  const journal = await readJournal(`${out}/sweep_journal.jsonl`);
+  assertEquals(journal.torn, false);
   await Deno.remove(out, { recursive: true });
 });
 

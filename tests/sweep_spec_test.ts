@@ -23,6 +23,15 @@ Deno.test("a sweep expands to points × policy variants × seeds, first axis slo
   }, 2]);
 });
 
+Deno.test("policy parameters become variants with their own labels and reach the scenario", () => {
+  const sweep = parseSweep({
+    ...valid,
+    policies: [{ name: "llmd_weighted" }, { name: "llmd_weighted", prefixWeight: 1 }],
+  });
+  assertEquals(sweep.variants.map((v) => v.label), ["llmd_weighted", "llmd_weighted(prefixWeight=1)"]);
+  assertEquals(sweep.runs.find((r) => r.variant === 1)!.config.policy.prefixWeight, 1);
+});
+
 Deno.test("the committed default and quick sweeps are valid and quick is a corner of default", async () => {
   const read = async (name: string) =>
     parseSweep(
@@ -54,6 +63,11 @@ Deno.test("invalid sweep specs name the field", async (t) => {
     [{ ...valid, policies: [{ name: "hybrid", thresholds: [-1] }] }, "sweep.policies[0].thresholds[0]"],
     [{ ...valid, policies: [{ name: "teleport" }] }, "sweep.policies[0].name"],
     [{ ...valid, extra: true }, "sweep.extra: unknown field"],
+    [
+      { ...valid, policies: [{ name: "chwbl", prefixWeight: 2 }] },
+      "sweep.policies[0].prefixWeight: not a parameter of chwbl",
+    ],
+    [{ ...valid, focus: "router.cacheView" }, "sweep.focus: expected one of the axes"],
     [
       { ...valid, base: { workload: { requests: 0 } } },
       "sweep.base.workload.requests: expected a number >= 1, got 0",

@@ -1,0 +1,9 @@
+/**
+ * @module
+ * The simulator's version, recorded in sweep journals and shard files so
+ * results of different versions are never merged. Kept equal to `deno.json`'s
+ * `version` (a test checks it); bump it whenever the model's numbers change.
+ */
+
+/** The simulator's version. */
+export const SIMULATOR_VERSION = "0.2.0";

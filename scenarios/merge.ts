@@ -1,0 +1,130 @@
+/**
+ * @module
+ * `deno task merge DIR…`: combine the shard journals of a sweep run with
+ * `--shard i/n` (on one machine or a cluster) into the same
+ * `sweep_summary.csv`, `summary.txt`, plots and report as a single run.
+ */
+import type { RunResult } from "../actors/simulation.ts";
+import { SIMULATOR_VERSION } from "../actors/version.ts";
+import { writeFileAtomic } from "./atomic_write.ts";
+import { parseFlags, runCommand } from "./command_line.ts";
+import { sweepOutputs } from "./sweep.ts";
+import { type JournalContents, readJournal } from "./sweep_journal.ts";
+import { parseSweep } from "./sweep_spec.ts";
+import { UsageError } from "./usage_error.ts";
+
+const HELP = `Usage: deno task merge [--out DIR] DIR…
+
+Reads every shard-*-of-*.jsonl in the given directories, checks that they are
+the complete, non-overlapping shards of one sweep (same spec, plugin and
+simulator version), and writes the sweep's outputs to --out (default results).`;
+
+/** A shard journal found on disk. */
+interface Shard {
+  readonly path: string;
+  readonly contents: JournalContents;
+}
+
+/**
+ * Checks the shards and assembles the results in run order.
+ * @throws {UsageError} for a missing, duplicated, incomplete or incompatible shard.
+ */
+export function assemble(
+  shards: readonly Shard[],
+): { spec: unknown; plugin?: { name: string; url: string }; results: RunResult[] } {
+  if (shards.length === 0) {
+    throw new UsageError("no shard files (shard-*-of-*.jsonl) in the given directories");
+  }
+  const first = shards[0].contents.header;
+  for (const { path, contents: { header } } of shards) {
+    if (header.version !== SIMULATOR_VERSION) {
+      throw new UsageError(
+        `${path}: written by simulator version ${header.version}, this is ${SIMULATOR_VERSION}; re-run that shard`,
+      );
+    }
+    if (
+      header.specHash !== first.specHash || JSON.stringify(header.plugin) !== JSON.stringify(first.plugin)
+    ) {
+      throw new UsageError(
+        `${path}: belongs to a different sweep than ${
+          shards[0].path
+        } (spec or plugin differ); refusing to merge`,
+      );
+    }
+    if (header.shard.count !== first.shard.count) {
+      throw new UsageError(
+        `${path}: is one of ${header.shard.count} shards, ${
+          shards[0].path
+        } one of ${first.shard.count}; refusing to merge`,
+      );
+    }
+  }
+  const byIndex = new Map<number, Shard>();
+  for (const shard of shards) {
+    const index = shard.contents.header.shard.index;
+    const other = byIndex.get(index);
+    if (other) {
+      throw new UsageError(
+        `overlapping shards: shard ${index}/${first.shard.count} is both ${other.path} and ${shard.path}`,
+      );
+    }
+    byIndex.set(index, shard);
+  }
+  const missing = [...Array(first.shard.count).keys()].map((i) => i + 1).filter((i) => !byIndex.has(i));
+  if (missing.length > 0) {
+    throw new UsageError(`missing shards: ${missing.map((i) => `${i}/${first.shard.count}`).join(", ")}`);
+  }
+  for (const { path, contents } of shards) {
+    const lacking = contents.header.points.filter((p) => !contents.points.has(p));
+    if (lacking.length > 0) {
+      throw new UsageError(
+        `${path}: incomplete (${
+          contents.header.points.length - lacking.length
+        } of ${contents.header.points.length} points); finish it with --resume`,
+      );
+    }
+  }
+  const sweep = parseSweep(first.spec, first.plugin);
+  const pointResults = new Map<number, readonly RunResult[]>();
+  for (const { contents } of shards) for (const [p, runs] of contents.points) pointResults.set(p, runs);
+  const firstRun = new Map<number, number>();
+  sweep.runs.forEach((run, i) => firstRun.has(run.point) || firstRun.set(run.point, i));
+  const results = sweep.runs.map((run, i) => pointResults.get(run.point)![i - firstRun.get(run.point)!]);
+  return { spec: first.spec, plugin: first.plugin, results };
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values, positionals } = parseFlags(Deno.args, {
+      out: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    }, true);
+    if (values.help) return console.log(HELP);
+    if (positionals.length === 0) {
+      throw new UsageError("give the directories holding the shard files (see --help)");
+    }
+    const shards: Shard[] = [];
+    for (const dir of positionals) {
+      let entries: Deno.DirEntry[];
+      try {
+        entries = [...Deno.readDirSync(dir)];
+      } catch {
+        throw new UsageError(`cannot read directory "${dir}"`);
+      }
+      for (
+        const e of entries.filter((e) => /^shard-\d+-of-\d+\.jsonl$/.test(e.name)).sort((a, b) =>
+          a.name.localeCompare(b.name)
+        )
+      ) {
+        const path = `${dir}/${e.name}`;
+        shards.push({ path, contents: await readJournal(path) });
+      }
+    }
+    const { spec, plugin, results } = assemble(shards);
+    const sweep = parseSweep(spec, plugin);
+    const out = values.out ?? "results";
+    await Deno.mkdir(`${out}/plots`, { recursive: true });
+    for (const [path, data] of sweepOutputs(sweep, results)) await writeFileAtomic(`${out}/${path}`, data);
+    console.error(`merged ${shards.length} shards (${sweep.runs.length} runs) into ${out}/`);
+  });
+}

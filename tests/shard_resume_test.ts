@@ -1,0 +1,118 @@
+/** Sweeps across shards and across crashes give the single run's bytes. */
+import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+import { SIMULATOR_VERSION } from "../actors/version.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+
+function task(script: string, out: string, ...args: string[]) {
+  return new Deno.Command("deno", {
+    args: ["run", "--allow-read", `--allow-write=${out}`, "--allow-ffi", "--allow-sys", script, ...args],
+    cwd: ROOT,
+    stdout: "piped",
+    stderr: "piped",
+  });
+}
+const sweep = (out: string, ...args: string[]) =>
+  task("scenarios/sweep.ts", out, "--quick", "--out", out, ...args);
+const merge = (out: string, ...dirs: string[]) => task("scenarios/merge.ts", out, "--out", out, ...dirs);
+
+async function ok(command: Deno.Command) {
+  const r = await command.output();
+  assertEquals(r.code, 0, decode(r.stderr));
+  return decode(r.stderr);
+}
+
+let single: string | undefined;
+async function singleRunCsv(): Promise<string> {
+  if (single === undefined) {
+    const out = await Deno.makeTempDir();
+    await ok(sweep(out));
+    single = await Deno.readTextFile(`${out}/sweep_summary.csv`);
+    await Deno.remove(out, { recursive: true });
+  }
+  return single;
+}
+
+Deno.test("deno.json's version is the simulator version recorded in journals", async () => {
+  const config = JSON.parse(await Deno.readTextFile(new URL("../deno.json", import.meta.url)));
+  assertEquals(config.version, SIMULATOR_VERSION);
+});
+
+Deno.test("three shards merged give the single run's CSV, byte for byte, and the same summary", async () => {
+  const shards = await Deno.makeTempDir(), out = await Deno.makeTempDir();
+  for (const i of [1, 2, 3]) {
+    const log = await ok(sweep(shards, "--shard", `${i}/3`));
+    assertStringIncludes(log, `shard ${i}/3 done`);
+  }
+  assertEquals([...Deno.readDirSync(shards)].map((e) => e.name).sort(), [
+    "shard-1-of-3.jsonl",
+    "shard-2-of-3.jsonl",
+    "shard-3-of-3.jsonl",
+  ]);
+  await ok(merge(out, shards));
+  assertEquals(await Deno.readTextFile(`${out}/sweep_summary.csv`), await singleRunCsv());
+  assert((await Deno.stat(`${out}/report.html`)).size > 10_000);
+  await Deno.remove(shards, { recursive: true });
+  await Deno.remove(out, { recursive: true });
+});
+
+Deno.test("a sweep killed with SIGKILL midway, with a torn last record, resumes to the uninterrupted CSV", async () => {
+  const out = await Deno.makeTempDir();
+  const child = sweep(out, "--workers", "1").spawn();
+  const journal = `${out}/sweep_journal.jsonl`;
+  // Wait until at least two points are recorded, then kill without warning.
+  for (let i = 0; i < 400; i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    const lines = await Deno.readTextFile(journal).then((t) => t.split("\n").length - 2).catch(() => 0);
+    if (lines >= 2) break;
+  }
+  child.kill("SIGKILL");
+  await child.status;
+  await child.stdout.cancel();
+  await child.stderr.cancel();
+  const recorded = (await Deno.readTextFile(journal)).split("\n").filter((l) => l !== "").length - 1;
+  assert(recorded >= 2 && recorded < 8, `recorded ${recorded} points`);
+  // Simulate a crash mid-write: half a record at the end.
+  await Deno.writeTextFile(journal, '{"point":7,"crc":"deadbeef","runs":[{"poli', { append: true });
+  const log = await ok(sweep(out, "--resume"));
+  assertStringIncludes(
+    log,
+    `resuming: ${recorded} of 8 points already recorded (a torn last record was dropped`,
+  );
+  assertEquals(await Deno.readTextFile(`${out}/sweep_summary.csv`), await singleRunCsv());
+  assertEquals([...Deno.readDirSync(out)].some((e) => e.name === "sweep_journal.jsonl"), false);
+  await Deno.remove(out, { recursive: true });
+});
+
+Deno.test("merge refuses overlapping, missing, incomplete and incompatible shards with one clear line", async (t) => {
+  const a = await Deno.makeTempDir(), b = await Deno.makeTempDir(), out = await Deno.makeTempDir();
+  await ok(sweep(a, "--shard", "1/2"));
+  await ok(sweep(a, "--shard", "2/2"));
+  await Deno.copyFile(`${a}/shard-2-of-2.jsonl`, `${b}/shard-2-of-2.jsonl`);
+  const refuse = async (dirs: string[], message: string) => {
+    const r = await merge(out, ...dirs).output();
+    assertEquals(r.code, 2, decode(r.stderr));
+    assertStringIncludes(decode(r.stderr), message);
+    assertEquals(decode(r.stderr).trim().split("\n").length, 1);
+  };
+  await t.step("overlapping", () => refuse([a, b], "overlapping shards: shard 2/2 is both"));
+  await Deno.remove(`${a}/shard-2-of-2.jsonl`);
+  await t.step("missing", () => refuse([a], "missing shards: 2/2"));
+  const text = await Deno.readTextFile(`${b}/shard-2-of-2.jsonl`);
+  await Deno.writeTextFile(`${b}/shard-2-of-2.jsonl`, text.split("\n").slice(0, 2).join("\n") + "\n");
+  await t.step("incomplete", () => refuse([a, b], "shard-2-of-2.jsonl: incomplete (1 of 4 points)"));
+  const header = JSON.parse(text.split("\n")[0]);
+  const rest = text.split("\n").slice(1).join("\n");
+  await Deno.writeTextFile(
+    `${b}/shard-2-of-2.jsonl`,
+    JSON.stringify({ ...header, specHash: "00000000" }) + "\n" + rest,
+  );
+  await t.step("different sweep", () => refuse([a, b], "belongs to a different sweep"));
+  await Deno.writeTextFile(
+    `${b}/shard-2-of-2.jsonl`,
+    JSON.stringify({ ...header, version: "0.0.1" }) + "\n" + rest,
+  );
+  await t.step("different version", () => refuse([a, b], "written by simulator version 0.0.1"));
+  for (const dir of [a, b, out]) await Deno.remove(dir, { recursive: true });
+});
