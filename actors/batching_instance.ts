@@ -97,6 +97,8 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #lastReported = "";
   #finished = 0;
   #waitingPromptTokens = 0;
+  #busyMs = 0;
+  #lastLoad = "";
   #preemptions = 0;
   #steps = 0;
   #kvBlockMs = 0;
@@ -155,7 +157,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     const { request } = command;
     const options = this.#options;
     const prompt = request.prefixTokens + request.suffixTokens;
-    const drop = (reason: "queue_full" | "too_long") =>
+    const drop = (reason: "queue_full" | "too_long") => {
       ctx.send(this.#metrics, {
         type: "dropped",
         requestId: request.id,
@@ -163,6 +165,9 @@ export class BatchingInstance implements Actor<BatchingCommand> {
         timeMs: ctx.now(),
         reason,
       });
+      this.#finished++; // so the router's in-flight count lets go of it
+      this.#report(ctx, true);
+    };
     if (Math.ceil((prompt + Math.max(1, request.outputTokens)) / options.blockTokens) > options.kvBlocks) {
       drop("too_long");
       return;
@@ -259,12 +264,15 @@ export class BatchingInstance implements Actor<BatchingCommand> {
         kvBlocks: o.kvBlocks,
         preemptions: this.#preemptions,
         steps: this.#steps,
+        busyMs: this.#busyMs,
       });
       return;
     }
     this.#stepping = true;
     this.#steps++;
-    ctx.schedule(o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding, STEP_DONE);
+    const stepMs = o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding;
+    this.#busyMs += stepMs;
+    ctx.schedule(stepMs, STEP_DONE);
   }
 
   /** Admits `seq`: references its cached prefix and allocates the rest of its prompt. */
@@ -390,8 +398,15 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
     const key = `${this.waiting}/${this.#running.length}/${this.#finished}`;
-    if (!always && key === this.#lastReported && !this.#reporter.hasEvents) return;
+    // Policies that read load signals get a report whenever those change (every step, in practice).
+    let load = "";
+    if (this.#reporter.wantsLoadSignals) {
+      const c = this.#counts();
+      load = `${c.pendingPrefillTokens}/${c.decodeBlocks}/${c.kvUtilization}`;
+    }
+    if (!always && key === this.#lastReported && load === this.#lastLoad && !this.#reporter.hasEvents) return;
     this.#lastReported = key;
+    this.#lastLoad = load;
     this.#reporter.changed(ctx, replyTo);
   }
 

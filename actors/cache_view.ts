@@ -71,6 +71,11 @@ export class ExactCacheView implements CacheView {
 
   routed(): void {}
 
+  /** The block keys the router believes `instance` caches. */
+  blocksOf(instance: number): ReadonlySet<number> {
+    return this.#blocks[instance];
+  }
+
   apply(status: InstanceStatus): void {
     const i = status.instance;
     if (status.cacheEvicted !== undefined) this.#groups[i].delete(status.cacheEvicted);
@@ -102,18 +107,26 @@ export class ApproximateCacheView implements CacheView {
   readonly #groups: Index[];
   readonly #blocks: Index[];
   readonly #unit: "groups" | "blocks";
+  /** Block model: each group's first block key, learned when routing its requests. */
+  readonly #firstKey = new Map<number, number>();
 
-  /** @param capacity Entries per instance; `Infinity` for an index that never evicts. */
+  /**
+   * @param capacity Entries per instance (groups for the FIFO model, blocks for
+   *   the batching model); `Infinity` for an index that never evicts.
+   */
   constructor(instanceCount: number, unit: "groups" | "blocks", capacity: number) {
     this.#unit = unit;
     const make = (): Index =>
       Number.isFinite(capacity) ? new LRUMap<number, true>(Math.max(1, capacity)) : new UnboundedIndex();
-    this.#groups = Array.from({ length: instanceCount }, make);
+    this.#groups = unit === "groups" ? Array.from({ length: instanceCount }, make) : [];
     this.#blocks = unit === "blocks" ? Array.from({ length: instanceCount }, make) : [];
   }
 
   holds(instance: number, group: number): boolean {
-    return this.#groups[instance].has(group);
+    if (this.#unit === "groups") return this.#groups[instance].has(group);
+    // Block model: a group is held while its first block is in the (block-bounded) index.
+    const first = this.#firstKey.get(group);
+    return first !== undefined && this.#blocks[instance].has(first);
   }
 
   matchedBlocks(instance: number, request: Request, keys: BlockKeys): number {
@@ -125,11 +138,15 @@ export class ApproximateCacheView implements CacheView {
   }
 
   routed(instance: number, request: Request, keys: BlockKeys): void {
-    if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
-    if (this.#unit === "blocks") {
-      const blocks = this.#blocks[instance];
-      for (let j = 0; j < keys.count; j++) blocks.set(keys.keyAt(j), true);
+    if (this.#unit === "groups") {
+      if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
+      return;
     }
+    if (request.prefixGroup >= 0 && keys.count > 0) this.#firstKey.set(request.prefixGroup, keys.keyAt(0));
+    // Last block first, so a prefix's first blocks are the most recently used
+    // and are forgotten last — as an instance evicts tail first.
+    const blocks = this.#blocks[instance];
+    for (let j = keys.count - 1; j >= 0; j--) blocks.set(keys.keyAt(j), true);
   }
 
   apply(): void {}

@@ -63,6 +63,11 @@ export class KvBlockCache {
     return this.capacity - this.#held - this.#evictable;
   }
 
+  /** Every cached key (held or evictable), in no particular order. */
+  keys(): IterableIterator<number> {
+    return this.#slotOf.keys();
+  }
+
   /** Whether `key` is cached (held or evictable). */
   has(key: number): boolean {
     return this.#slotOf.has(key);

@@ -132,6 +132,10 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     }
   }
 
+  #busyMsPerInstance(): number[] {
+    return this.#perInstanceBusyMs.map((ms, i) => this.#stats[i]?.busyMs ?? ms);
+  }
+
   /** The statistics so far. Rates are 0, not NaN, when nothing completed. */
   summary(): RequestMetrics {
     const n = this.#completed;
@@ -154,7 +158,9 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       tokenHitRate: ratio(this.#cachedTokens, this.#promptTokens),
       imbalance: rangeOverMean(this.#perInstanceCompleted),
       imbalanceCv: coefficientOfVariation(this.#perInstanceCompleted),
-      busyImbalanceCv: coefficientOfVariation(this.#perInstanceBusyMs),
+      // The batching model reports its engine's busy time (its requests overlap);
+      // the FIFO model's busy time is the sum of its requests' service times.
+      busyImbalanceCv: coefficientOfVariation(this.#busyMsPerInstance()),
       throughputRps: perSec(n),
       tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
       outputTokensPerSec: perSec(this.#outputTokens),
@@ -164,7 +170,7 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         : reported.reduce((a, s) => a + s.kvBlockMs / s.kvBlocks, 0) / reported.length / spanMs,
       preemptions: this.#stats.reduce((a, s) => a + (s?.preemptions ?? 0), 0),
       perInstanceCompleted: [...this.#perInstanceCompleted],
-      perInstanceBusyMs: [...this.#perInstanceBusyMs],
+      perInstanceBusyMs: this.#busyMsPerInstance(),
     };
   }
 }

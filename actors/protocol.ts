@@ -142,6 +142,8 @@ export interface InstanceStats {
   readonly preemptions: number;
   /** Engine steps run so far. */
   readonly steps: number;
+  /** Time the engine spent running steps, ms. */
+  readonly busyMs: number;
 }
 
 /**

@@ -70,6 +70,8 @@ export interface RouterConfig {
 
 /** Policies that read block-level matches (an exact view of a batching instance then needs its block events). */
 const BLOCK_AWARE = new Set(["sglang_cache_aware", "llmd_weighted", "dynamo_kv", "preble_e2", "vllm_prefix"]);
+/** Policies that read pending prefill, decode blocks or KV utilisation (kept fresh step by step). */
+const LOAD_AWARE = new Set(["llmd_weighted", "dynamo_kv", "preble_e2"]);
 
 /** The router's options (cache view, block size) for a config. */
 export function routerOptions(config: SimulationConfig): InstanceTableOptions {
@@ -96,6 +98,7 @@ export function statusReporting(config: SimulationConfig, pluginPolicy = false):
     delayMs: router.networkDelayMs,
     blockEvents: router.cacheView === "exact" && instances.model === "batching" &&
       (pluginPolicy || BLOCK_AWARE.has(config.policy.name)),
+    loadSignals: pluginPolicy || LOAD_AWARE.has(config.policy.name),
   };
 }
 
@@ -135,6 +138,11 @@ export interface RunResult extends RequestMetrics {
 export interface SimulateOptions {
   /** Use this policy instead of the one `config.policy` names. */
   readonly policy?: RoutingPolicy;
+  /** Called after the run with its actors, for tests and diagnostics that compare their states. */
+  readonly inspect?: (actors: {
+    readonly router: Router;
+    readonly instances: readonly (ServingInstance | BatchingInstance)[];
+  }) => void;
 }
 
 /**
@@ -157,11 +165,13 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     kernel.spawn<ServeCommand>(`instance/${i}`, instance as unknown as Actor<ServeCommand>)
   );
   const policy = options.policy ?? createPolicy(config.policy);
-  const router = kernel.spawn("router", new Router(instanceRefs, policy, routerOptions(config)));
+  const routerActor = new Router(instanceRefs, policy, routerOptions(config));
+  const router = kernel.spawn("router", routerActor);
   const source = createWorkloadSource(config.workload, router);
   kernel.send(kernel.spawn("source", source), { type: "start" });
   kernel.run({ untilMs: config.untilMs });
 
+  options.inspect?.({ router: routerActor, instances });
   const summary = metricsCollector.summary();
   const held = countRequestsHeld(kernel, instances);
   const requests = source.emitted - held.notYetArrived;

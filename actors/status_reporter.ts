@@ -16,6 +16,8 @@ export interface StatusReportingOptions {
   readonly delayMs: number;
   /** Include block-level cache events (the router's exact view of a batching instance). @default false */
   readonly blockEvents: boolean;
+  /** Report whenever pending prefill, decode blocks or KV utilisation change, not only the counts. @default false */
+  readonly loadSignals?: boolean;
 }
 
 /** The counts part of a status report. */
@@ -35,10 +37,9 @@ export class StatusReporter {
   readonly #options: StatusReportingOptions;
   readonly #snapshot: () => StatusCounts;
   #replyTo: ActorRef<InstanceStatus> | undefined;
-  #groupsAdded: number[] = [];
-  #groupsEvicted: number[] = [];
-  #blocksAdded: number[] = [];
-  #blocksEvicted: number[] = [];
+  /** Net cache events since the last report: key → true (now cached) or false (now evicted). */
+  #groups = new Map<number, boolean>();
+  #blocks = new Map<number, boolean>();
   #ticking = false;
   #dirty = false;
 
@@ -53,30 +54,36 @@ export class StatusReporter {
     return this.#options.blockEvents;
   }
 
+  /** Whether load signals (pending prefill, decode blocks, KV utilisation) must be kept fresh. */
+  get wantsLoadSignals(): boolean {
+    return this.#options.loadSignals === true;
+  }
+
   /** Whether cache events wait to be reported. */
   get hasEvents(): boolean {
-    return this.#groupsAdded.length + this.#groupsEvicted.length + this.#blocksAdded.length +
-        this.#blocksEvicted.length > 0;
+    return this.#groups.size + this.#blocks.size > 0;
   }
 
   /** Records a group the instance advertises. */
   groupAdded(group: number): void {
-    this.#groupsAdded.push(group);
+    this.#groups.delete(group); // re-inserted last: events keep their order
+    this.#groups.set(group, true);
   }
 
   /** Records a group whose first block was evicted. */
   groupEvicted(group: number): void {
-    this.#groupsEvicted.push(group);
+    this.#groups.delete(group);
+    this.#groups.set(group, false);
   }
 
   /** Records a block key that became cached. */
   blockAdded(key: number): void {
-    if (this.#options.blockEvents) this.#blocksAdded.push(key);
+    if (this.#options.blockEvents) this.#blocks.set(key, true);
   }
 
   /** Records an evicted block key. */
   blockEvicted(key: number): void {
-    if (this.#options.blockEvents) this.#blocksEvicted.push(key);
+    if (this.#options.blockEvents) this.#blocks.set(key, false);
   }
 
   /** State changed: report now, or at the next tick. */
@@ -104,36 +111,36 @@ export class StatusReporter {
     ctx.schedule(this.#options.intervalMs, TICK);
   }
 
+  /**
+   * Sends the counts with the net cache events since the last report: each
+   * key appears once, as added or as evicted (whichever happened last), so
+   * the router's view ends where the instance's cache is, whatever the order
+   * the router applies them in.
+   */
   #send(ctx: ActorContext<ReportTick>): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
     const base: InstanceStatus = { type: "status", instance: this.#instance, ...this.#snapshot() };
-    const added = this.#groupsAdded, evicted = this.#groupsEvicted;
     const delay = this.#options.delayMs;
-    let status: InstanceStatus = base;
-    if (
-      added.length > 0 || evicted.length > 0 || this.#blocksAdded.length > 0 || this.#blocksEvicted.length > 0
-    ) {
-      status = {
-        ...base,
-        ...(added.length > 0 ? { cacheAdded: added[0] } : {}),
-        ...(evicted.length > 0 ? { cacheEvicted: evicted[0] } : {}),
-        ...(this.#blocksAdded.length > 0 ? { blocksAdded: this.#blocksAdded } : {}),
-        ...(this.#blocksEvicted.length > 0 ? { blocksEvicted: this.#blocksEvicted } : {}),
-      };
-      this.#blocksAdded = [];
-      this.#blocksEvicted = [];
+    const added: number[] = [], evicted: number[] = [];
+    for (const [group, cached] of this.#groups) (cached ? added : evicted).push(group);
+    let blocksAdded: number[] | undefined, blocksEvicted: number[] | undefined;
+    if (this.#blocks.size > 0) {
+      blocksAdded = [];
+      blocksEvicted = [];
+      for (const [key, cached] of this.#blocks) (cached ? blocksAdded : blocksEvicted).push(key);
+      this.#blocks = new Map();
     }
-    ctx.send(replyTo, status, delay);
-    // More than one group event at once (rare): one extra report each.
-    for (let i = 1; i < Math.max(added.length, evicted.length); i++) {
+    if (this.#groups.size > 0) this.#groups = new Map();
+    const count = Math.max(1, added.length, evicted.length);
+    for (let i = 0; i < count; i++) {
       ctx.send(replyTo, {
         ...base,
         ...(i < added.length ? { cacheAdded: added[i] } : {}),
         ...(i < evicted.length ? { cacheEvicted: evicted[i] } : {}),
+        ...(i === 0 && blocksAdded && blocksAdded.length > 0 ? { blocksAdded } : {}),
+        ...(i === 0 && blocksEvicted && blocksEvicted.length > 0 ? { blocksEvicted } : {}),
       }, delay);
     }
-    if (added.length > 0) this.#groupsAdded = [];
-    if (evicted.length > 0) this.#groupsEvicted = [];
   }
 }

@@ -6,4 +6,4 @@
  */
 
 /** The simulator's version. */
-export const SIMULATOR_VERSION = "0.2.0";
+export const SIMULATOR_VERSION = "0.3.0";

@@ -35,8 +35,15 @@ export function assemble(
   if (shards.length === 0) {
     throw new UsageError("no shard files (shard-*-of-*.jsonl) in the given directories");
   }
-  const first = shards[0].contents.header;
-  for (const { path, contents: { header } } of shards) {
+  for (const { path, contents } of shards) {
+    if (contents.header === undefined) {
+      throw new UsageError(`${path}: torn before its header was written; re-run that shard`);
+    }
+  }
+  const headerOf = (shard: Shard) => shard.contents.header!;
+  const first = headerOf(shards[0]);
+  for (const shard of shards) {
+    const { path } = shard, header = headerOf(shard);
     if (header.version !== SIMULATOR_VERSION) {
       throw new UsageError(
         `${path}: written by simulator version ${header.version}, this is ${SIMULATOR_VERSION}; re-run that shard`,
@@ -61,7 +68,7 @@ export function assemble(
   }
   const byIndex = new Map<number, Shard>();
   for (const shard of shards) {
-    const index = shard.contents.header.shard.index;
+    const index = headerOf(shard).shard.index;
     const other = byIndex.get(index);
     if (other) {
       throw new UsageError(
@@ -75,12 +82,12 @@ export function assemble(
     throw new UsageError(`missing shards: ${missing.map((i) => `${i}/${first.shard.count}`).join(", ")}`);
   }
   for (const { path, contents } of shards) {
-    const lacking = contents.header.points.filter((p) => !contents.points.has(p));
+    const lacking = contents.header!.points.filter((p) => !contents.points.has(p));
     if (lacking.length > 0) {
       throw new UsageError(
-        `${path}: incomplete (${
-          contents.header.points.length - lacking.length
-        } of ${contents.header.points.length} points); finish it with --resume`,
+        `${path}: incomplete (${contents.header!.points.length - lacking.length} of ${
+          contents.header!.points.length
+        } points); finish it with --resume`,
       );
     }
   }

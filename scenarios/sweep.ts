@@ -35,6 +35,7 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --router FILE.ts add a router plugin as one more policy of the sweep
   --shard i/n      run only shard i of n (every n-th point) and record it for 'deno task merge'
   --resume         finish an interrupted sweep (or shard): run only the points its journal lacks
+  --fresh          discard the journal of an unfinished sweep and start over
   --out DIR        output directory (default results; results/quick with --quick)
   -h, --help       show this help`;
 
@@ -42,6 +43,7 @@ const OPTIONS = {
   spec: { type: "string" },
   shard: { type: "string" },
   resume: { type: "boolean" },
+  fresh: { type: "boolean" },
   quick: { type: "boolean" },
   workers: { type: "string" },
   out: { type: "string" },
@@ -169,12 +171,18 @@ if (import.meta.main) {
     const journalFile = journalPath(out, shard);
     const done = new Map<number, readonly RunResult[]>();
     let journal: JournalWriter;
-    if (values.resume) {
-      const previous = await readJournal(journalFile);
-      const h = previous.header;
+    const existing = await Deno.stat(journalFile).then(() => true, () => false);
+    const previous = values.resume && existing ? await readJournal(journalFile) : undefined;
+    if (existing && !values.resume && !values.fresh) {
+      throw new UsageError(
+        `${journalFile} records an unfinished sweep: add --resume to finish it, or --fresh to discard it and start over`,
+      );
+    }
+    const h = previous?.header;
+    if (h !== undefined) {
       if (h.version !== header.version) {
         throw new UsageError(
-          `--resume: ${journalFile} was written by version ${h.version}, this is ${header.version}; start afresh without --resume`,
+          `--resume: ${journalFile} was written by version ${h.version}, this is ${header.version}; start over with --fresh`,
         );
       }
       if (
@@ -182,16 +190,18 @@ if (import.meta.main) {
         h.shard.index !== shard.index || h.shard.count !== shard.count
       ) {
         throw new UsageError(
-          `--resume: ${journalFile} belongs to a different sweep (spec, plugin or shard differ); start afresh without --resume`,
+          `--resume: ${journalFile} belongs to a different sweep (spec, plugin or shard differ); start over with --fresh`,
         );
       }
-      for (const [p, runs] of previous.points) done.set(p, runs);
-      journal = await JournalWriter.resume(journalFile, previous.validBytes);
+      for (const [p, runs] of previous!.points) done.set(p, runs);
+      journal = await JournalWriter.resume(journalFile, previous!.validBytes);
       console.error(
         `resuming: ${done.size} of ${mine.length} points already recorded` +
-          (previous.torn ? " (a torn last record was dropped and will be re-run)" : ""),
+          (previous!.torn ? " (a torn last record was dropped and will be re-run)" : ""),
       );
     } else {
+      // No journal, --fresh, or a journal torn before its header was complete: start afresh.
+      if (values.resume && !existing) console.error(`--resume: no journal in ${out}/, starting afresh`);
       journal = await JournalWriter.create(journalFile, header);
     }
 

@@ -74,7 +74,7 @@ export class JournalWriter {
   /** Records one finished point and flushes it to disk. */
   async add(point: JournalPoint): Promise<void> {
     const runs = JSON.stringify(point.runs);
-    await this.#append(`{"point":${point.point},"crc":"${fnv1a(runs).toString(16)}","runs":${runs}}`);
+    await this.#append(`{"point":${point.point},"crc":"${checksum(point.point, runs)}","runs":${runs}}`);
   }
 
   async #append(line: string): Promise<void> {
@@ -89,9 +89,15 @@ export class JournalWriter {
   }
 }
 
+/** Checksum of one record: its point number and its runs' JSON. */
+function checksum(point: number, runsJson: string): string {
+  return fnv1a(`${point}:${runsJson}`).toString(16);
+}
+
 /** A journal read back: its header, its intact points, and where the intact part ends. */
 export interface JournalContents {
-  readonly header: JournalHeader;
+  /** Undefined when even the header line was torn (the sweep died as it started): nothing to resume. */
+  readonly header: JournalHeader | undefined;
   readonly points: ReadonlyMap<number, readonly RunResult[]>;
   /** Bytes of intact records (a torn tail after this is ignored). */
   readonly validBytes: number;
@@ -117,6 +123,9 @@ export async function readJournal(path: string): Promise<JournalContents> {
   }
   const text = new TextDecoder().decode(bytes);
   const lines = text.split("\n");
+  if (lines.length === 1) {
+    return { header: undefined, points: new Map(), validBytes: 0, torn: text.length > 0 };
+  }
   let header: JournalHeader;
   try {
     header = JSON.parse(lines[0]);
@@ -137,8 +146,9 @@ export async function readJournal(path: string): Promise<JournalContents> {
     try {
       if (last) throw new Error("no newline: torn write");
       const record = JSON.parse(line) as { point: number; crc: string; runs: unknown };
-      const runs = JSON.stringify(record.runs);
-      if (fnv1a(runs).toString(16) !== record.crc) throw new Error("checksum mismatch");
+      if (checksum(record.point, JSON.stringify(record.runs)) !== record.crc) {
+        throw new Error("checksum mismatch");
+      }
       points.set(record.point, record.runs as RunResult[]);
       validBytes += encoder.encode(line + "\n").length;
     } catch {

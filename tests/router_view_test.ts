@@ -5,6 +5,7 @@ import type { InstanceStatus, MetricsCommand, Request } from "../actors/protocol
 import { blockKeys } from "../actors/prefix_keys.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { ServingInstance } from "../actors/serving_instance.ts";
+import { BatchingInstance } from "../actors/batching_instance.ts";
 import { simulate } from "../actors/simulation.ts";
 import { Recorder } from "./_recorder.ts";
 import { scenario } from "./_scenarios.ts";
@@ -63,8 +64,9 @@ Deno.test("exact view follows block events; approximate view learns from routing
     0,
   ]);
   const other = blockKeys(request(1, 9), 16);
-  approx.routed(1, request(1, 9), other); // 4 more keys into a 6-key index: two of group 3's are evicted
-  assertLess(approx.matchedBlocks(1, request(0, 3), keys), 4);
+  approx.routed(1, request(1, 9), other); // 4 more keys into a 6-key index: two of group 3's go
+  // Keys are indexed last block first, so group 3 loses its last two blocks and keeps a 2-block prefix.
+  assertEquals(approx.matchedBlocks(1, request(0, 3), keys), 2);
   assert(approx.holds(1, 3) && approx.holds(1, 9));
 });
 
@@ -79,6 +81,88 @@ Deno.test("stale status (500 ms scrapes) makes least_load route worse than an ex
   assertGreater(stale.ttftMeanMs, fresh.ttftMeanMs * 1.2);
   assertLess(stale.messages, fresh.messages);
   assertEquals(stale.completed, 6000);
+});
+
+Deno.test("with periodic status, the router's exact block view ends equal to each instance's real cache", async (t) => {
+  for (const statusIntervalMs of [0, 50, 500]) {
+    await t.step(`interval ${statusIntervalMs} ms`, () => {
+      simulate(
+        scenario({
+          policy: { name: "llmd_weighted" },
+          router: { statusIntervalMs },
+          instances: { model: "batching", engine: { kvBlocks: 600 } },
+          workload: { requests: 1500, ratePerSec: 40, prefix: { zipf: 0.8, sharedFrac: 0.7, groups: 60 } },
+        }),
+        {
+          inspect({ router, instances }) {
+            const view = router.view.cacheView as ExactCacheView;
+            instances.forEach((instance, i) => {
+              const real = new Set((instance as BatchingInstance).cache.keys());
+              assertGreater(real.size, 100); // there was churn: 600 blocks for 60 groups × 64 blocks
+              assertEquals(new Set(view.blocksOf(i)), real);
+            });
+          },
+        },
+      );
+    });
+  }
+});
+
+Deno.test("the router's in-flight counts return to 0 after drops (both models)", async (t) => {
+  for (const model of ["fifo", "batching"] as const) {
+    await t.step(model, () => {
+      const r = simulate(
+        scenario({ instances: { model, maxQueue: 2 }, workload: { requests: 3000, ratePerSec: 400 } }),
+        { inspect: ({ router }) => assertEquals([...router.view.inFlight], [0, 0, 0, 0]) },
+      );
+      assertGreater(r.dropped, 0);
+    });
+  }
+});
+
+Deno.test("policies reading load signals see pending prefill drain as soon as a prefill ends", () => {
+  const kernel = new Kernel();
+  const router = new Recorder<InstanceStatus>();
+  const routerRef = kernel.spawn("router", router) as ActorRef<InstanceStatus>;
+  const metrics = kernel.spawn("metrics", new Recorder<MetricsCommand>());
+  const engine = {
+    stepMs: 5,
+    prefillMsPerToken: 0.01,
+    decodeMsPerSeq: 0.1,
+    requestOverheadMs: 0,
+    blockTokens: 16,
+    kvBlocks: 10_000,
+    maxBatchTokens: 2048,
+    maxSeqs: 8,
+    prefixCaching: true,
+    maxQueue: Infinity,
+  };
+  const ref = kernel.spawn(
+    "instance/0",
+    new BatchingInstance(0, engine, metrics, {
+      intervalMs: 0,
+      delayMs: 0,
+      blockEvents: false,
+      loadSignals: true,
+    }),
+  );
+  kernel.send(ref, {
+    type: "serve",
+    request: { ...request(0, -1), suffixTokens: 20_000, outputTokens: 50 },
+    replyTo: routerRef,
+  });
+  kernel.run();
+  const reports = router.received.map((r) => r.message);
+  const firstDecoding = reports.findIndex((m) => m.pendingPrefillTokens === 0 && m.decodeBlocks > 0);
+  assert(
+    firstDecoding > 0 && firstDecoding < reports.length - 1,
+    "a report after the prefill, before the end",
+  );
+  assert(
+    reports.slice(1, firstDecoding).every((m) =>
+      m.pendingPrefillTokens > 0 && m.pendingPrefillTokens < 20_064
+    ),
+  );
 });
 
 Deno.test("every production policy runs the batching model with both cache views and conserves requests", async (t) => {

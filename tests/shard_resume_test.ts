@@ -73,6 +73,13 @@ Deno.test("a sweep killed with SIGKILL midway, with a torn last record, resumes 
   await child.stderr.cancel();
   const recorded = (await Deno.readTextFile(journal)).split("\n").filter((l) => l !== "").length - 1;
   assert(recorded >= 2 && recorded < 8, `recorded ${recorded} points`);
+  // Running again without --resume must not silently throw the finished points away.
+  const again = await sweep(out).output();
+  assertEquals(again.code, 2);
+  assertStringIncludes(
+    decode(again.stderr),
+    "records an unfinished sweep: add --resume to finish it, or --fresh",
+  );
   // Simulate a crash mid-write: half a record at the end.
   await Deno.writeTextFile(journal, '{"point":7,"crc":"deadbeef","runs":[{"poli', { append: true });
   const log = await ok(sweep(out, "--resume"));

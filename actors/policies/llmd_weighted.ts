@@ -8,7 +8,7 @@ import { pickBy } from "./_pick.ts";
 
 /** Scorer weights of {@linkcode llmdWeighted}, with llm-d's defaults. */
 export interface LlmdWeightedOptions {
-  /** Weight of the prefix score (matched blocks / request blocks). @default 3 */
+  /** Weight of the prefix score (matched blocks / all blocks of the prompt). @default 3 */
   readonly prefixWeight?: number;
   /** Weight of the queue score ((q_max − q) / (q_max − q_min); 1 when all equal). @default 2 */
   readonly queueWeight?: number;
@@ -28,7 +28,8 @@ export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
         if (q[i] > qMax) qMax = q[i];
         if (q[i] < qMin) qMin = q[i];
       }
-      const blocks = view.requestBlocks(request);
+      // Blocks in the request: the whole prompt, keyed or not (llm-d hashes every block).
+      const blocks = Math.ceil((request.prefixTokens + request.suffixTokens) / view.blockTokens);
       return pickBy(view.instanceCount, (i) => {
         const prefix = blocks > 0 ? view.matchedBlocks(i, request) / blocks : 0;
         const queue = qMax === qMin ? 1 : (qMax - q[i]) / (qMax - qMin);
