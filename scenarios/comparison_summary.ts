@@ -92,13 +92,14 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
       effects.push({ label, change, text });
       out.push(text);
     }
-    const sorted = [...effects].sort((a, b) => b.change - a.change);
+    const sorted = [...effects].sort((a, b) => Math.abs(b.change) - Math.abs(a.change));
+    const pct = (c: number) => `${c >= 0 ? "+" : ""}${(c * 100).toFixed(1)}%`;
     out.push(
       "",
-      `Most affected: ${sorted[0].label} (${(sorted[0].change * 100).toFixed(1)}% TTFT from ${values[0]} to ${
+      `Most affected: ${sorted[0].label} (${pct(sorted[0].change)} TTFT from ${values[0]} to ${
         values.at(-1)
       }); ` +
-        `least: ${sorted.at(-1)!.label} (${(sorted.at(-1)!.change * 100).toFixed(1)}%).`,
+        `least: ${sorted.at(-1)!.label} (${pct(sorted.at(-1)!.change)}).`,
     );
     for (const v of values) {
       const ranked = labels.map((l) => average(l, rows.filter((r) => r.label === l && r.axes[focus] === v)))
