@@ -19,7 +19,7 @@ import {
 } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 import { EVENT_DRIVEN } from "./serving_instance.ts";
-import { type StatusCounts, StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
 
 /** Options for {@linkcode BatchingInstance}. */
 export interface BatchingInstanceOptions {
@@ -410,13 +410,15 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#reporter.changed(ctx, replyTo);
   }
 
-  #counts(): StatusCounts {
+  #counts(): InstanceStatus {
     let prefill = this.#waitingPromptTokens, decodeBlocks = 0;
     for (const seq of this.#running) {
       if (seq.computed < seq.target) prefill += seq.target - seq.computed;
       else decodeBlocks += seq.keys + seq.privateBlocks;
     }
     return {
+      type: "status",
+      instance: this.index,
       waiting: this.waiting,
       running: this.#running.length,
       finished: this.#finished,

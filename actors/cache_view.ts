@@ -16,6 +16,8 @@ export interface CacheView {
   holds(instance: number, group: number): boolean;
   /** Leading keyed blocks of the request believed cached at `instance`. */
   matchedBlocks(instance: number, request: Request, keys: BlockKeys): number;
+  /** Whether `routed` must be called (only the approximate view learns from routing). */
+  readonly learnsFromRouting: boolean;
   /** The router sent `request` to `instance`. */
   routed(instance: number, request: Request, keys: BlockKeys): void;
   /** An instance reported. */
@@ -47,6 +49,7 @@ const leading = (has: (key: number) => boolean, keys: BlockKeys): number => {
 
 /** From the instances' reports: groups advertised, and block keys cached (batching). */
 export class ExactCacheView implements CacheView {
+  readonly learnsFromRouting = false;
   readonly #groups: Set<number>[];
   readonly #blocks: Set<number>[];
   readonly #unit: "groups" | "blocks";
@@ -104,6 +107,7 @@ class UnboundedIndex implements Index {
 
 /** A router-side LRU index per instance, filled when the router routes. */
 export class ApproximateCacheView implements CacheView {
+  readonly learnsFromRouting = true;
   readonly #groups: Index[];
   readonly #blocks: Index[];
   readonly #unit: "groups" | "blocks";

@@ -77,7 +77,7 @@ export class InstanceTable implements RouterView {
     this.routedCount++;
     this.#routedTo[instance]++;
     this.inFlight[instance]++;
-    this.cacheView.routed(instance, request, this.#keys(request));
+    if (this.cacheView.learnsFromRouting) this.cacheView.routed(instance, request, this.#keys(request));
   }
 
   /** Applies one status report. */

@@ -7,9 +7,15 @@
 import { Queue } from "mnemonist";
 import { sampleExponential } from "./distributions.ts";
 import { NO_EVICTION, PrefixCache } from "./prefix_cache.ts";
-import { assertNever, type InstanceCommand, type MetricsCommand, type ServeCommand } from "./protocol.ts";
+import {
+  assertNever,
+  type InstanceCommand,
+  type InstanceStatus,
+  type MetricsCommand,
+  type ServeCommand,
+} from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
-import { type StatusCounts, StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
 
 /** Status on every change, no delay, no block events: the router sees the instance exactly. */
 export const EVENT_DRIVEN: StatusReportingOptions = Object.freeze({
@@ -203,8 +209,10 @@ export class ServingInstance implements Actor<InstanceCommand> {
     this.#reporter.changed(ctx, replyTo);
   }
 
-  #counts(): StatusCounts {
+  #counts(): InstanceStatus {
     return {
+      type: "status",
+      instance: this.index,
       waiting: this.#queue.size,
       running: this.#current === undefined ? 0 : 1,
       finished: this.#finished,

@@ -20,12 +20,6 @@ export interface StatusReportingOptions {
   readonly loadSignals?: boolean;
 }
 
-/** The counts part of a status report. */
-export type StatusCounts = Omit<
-  InstanceStatus,
-  "type" | "instance" | "cacheAdded" | "cacheEvicted" | "blocksAdded" | "blocksEvicted"
->;
-
 const TICK: ReportTick = Object.freeze({ type: "report_tick" });
 
 /**
@@ -35,7 +29,7 @@ const TICK: ReportTick = Object.freeze({ type: "report_tick" });
 export class StatusReporter {
   readonly #instance: number;
   readonly #options: StatusReportingOptions;
-  readonly #snapshot: () => StatusCounts;
+  readonly #snapshot: () => InstanceStatus;
   #replyTo: ActorRef<InstanceStatus> | undefined;
   /** Net cache events since the last report: key → true (now cached) or false (now evicted). */
   #groups = new Map<number, boolean>();
@@ -43,7 +37,11 @@ export class StatusReporter {
   #ticking = false;
   #dirty = false;
 
-  constructor(instance: number, options: StatusReportingOptions, snapshot: () => StatusCounts) {
+  /**
+   * @param snapshot Builds the instance's current status (counts, no cache
+   *   events); the reporter adds the events.
+   */
+  constructor(instance: number, options: StatusReportingOptions, snapshot: () => InstanceStatus) {
     this.#instance = instance;
     this.#options = options;
     this.#snapshot = snapshot;
@@ -120,27 +118,30 @@ export class StatusReporter {
   #send(ctx: ActorContext<ReportTick>): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
-    const base: InstanceStatus = { type: "status", instance: this.#instance, ...this.#snapshot() };
+    const base = this.#snapshot();
     const delay = this.#options.delayMs;
+    if (this.#groups.size === 0 && this.#blocks.size === 0) {
+      ctx.send(replyTo, base, delay); // the common case: counts only, one object
+      return;
+    }
     const added: number[] = [], evicted: number[] = [];
     for (const [group, cached] of this.#groups) (cached ? added : evicted).push(group);
+    this.#groups.clear();
     let blocksAdded: number[] | undefined, blocksEvicted: number[] | undefined;
     if (this.#blocks.size > 0) {
       blocksAdded = [];
       blocksEvicted = [];
       for (const [key, cached] of this.#blocks) (cached ? blocksAdded : blocksEvicted).push(key);
-      this.#blocks = new Map();
+      this.#blocks.clear();
     }
-    if (this.#groups.size > 0) this.#groups = new Map();
     const count = Math.max(1, added.length, evicted.length);
     for (let i = 0; i < count; i++) {
-      ctx.send(replyTo, {
-        ...base,
-        ...(i < added.length ? { cacheAdded: added[i] } : {}),
-        ...(i < evicted.length ? { cacheEvicted: evicted[i] } : {}),
-        ...(i === 0 && blocksAdded && blocksAdded.length > 0 ? { blocksAdded } : {}),
-        ...(i === 0 && blocksEvicted && blocksEvicted.length > 0 ? { blocksEvicted } : {}),
-      }, delay);
+      const status: { -readonly [K in keyof InstanceStatus]: InstanceStatus[K] } = { ...base };
+      if (i < added.length) status.cacheAdded = added[i];
+      if (i < evicted.length) status.cacheEvicted = evicted[i];
+      if (i === 0 && blocksAdded && blocksAdded.length > 0) status.blocksAdded = blocksAdded;
+      if (i === 0 && blocksEvicted && blocksEvicted.length > 0) status.blocksEvicted = blocksEvicted;
+      ctx.send(replyTo, status, delay);
     }
   }
 }
