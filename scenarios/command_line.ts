@@ -150,6 +150,12 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     if (name === "suffix-tokens") setAt(overrides, flag.path, withMean(`--${name}`, base, value));
     else setAt(overrides, flag.path, value);
   }
+  // With a trace, --requests caps how many of its requests are replayed.
+  const trace = (deepMerge(base, overrides) as { workload?: { trace?: object } }).workload?.trace;
+  if (trace !== undefined && typeof values.requests === "string") {
+    setAt(overrides, ["workload", "trace", "maxRequests"], Number(values.requests));
+    flagOfPath.set("workload.trace.maxRequests", "--requests");
+  }
   const merged = deepMerge(base, overrides);
   const config = parseScenario(merged, (path) => {
     for (let n = path.length; n > 0; n--) {
