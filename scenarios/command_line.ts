@@ -51,7 +51,8 @@ export const SCENARIO_OPTIONS = {
 /** Help text for the scenario flags. */
 export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; defaults in README):
   --scenario FILE        JSON scenario file (see scenarios/example.json)
-  --policy NAME          round_robin | least_load | prefix_aware | hybrid | random
+  --policy NAME          round_robin | least_load | prefix_aware | hybrid | random | sglang_cache_aware |
+                         llmd_weighted | dynamo_kv | power_of_two | chwbl | preble_e2 | vllm_prefix
   --router FILE.ts       use a router plugin instead of --policy (see README)
   --model M              instance model: fifo (the original study's) | batching
   --preset NAME          batching engine: qwen2.5-7b | llama-3.1-8b | qwen3-14b | llama-3.3-70b-tp4
@@ -66,7 +67,7 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
   --prefix-frac F        share of requests with a shared prefix, in [0, 1]
   --prefix-groups N      number of shared prefix groups, integer >= 1
   --prefix-tokens N      prefix length in tokens, integer >= 0
-  --suffix-tokens N      mean suffix length in tokens (keeps its distribution), integer >= 0
+  --suffix-tokens N      mean suffix length in tokens (keeps its distribution; > 0 if exponential)
   --cache-capacity N     prefix groups each instance's LRU cache holds, integer >= 0
   --seed N               seed of every random stream, integer >= 0
   --json                 print JSON instead of a table
@@ -96,6 +97,8 @@ export function parseFlags<O extends ParseArgsConfig["options"]>(
     if (positional) {
       throw new UsageError(`unexpected argument "${positional[1]}" (flags start with --; see --help)`);
     }
+    const missing = /Option '(--[^ ']+)[^']*' argument missing/.exec(message);
+    if (missing) throw new UsageError(`${missing[1]}: expected a value after the flag`);
     throw new UsageError(message.split("\n")[0]);
   }
 }
@@ -151,10 +154,29 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     else setAt(overrides, flag.path, value);
   }
   // With a trace, --requests caps how many of its requests are replayed.
-  const trace = (deepMerge(base, overrides) as { workload?: { trace?: object } }).workload?.trace;
+  const trace = (deepMerge(base, overrides) as { workload?: { trace?: { path?: unknown } } }).workload?.trace;
   if (trace !== undefined && typeof values.requests === "string") {
     setAt(overrides, ["workload", "trace", "maxRequests"], Number(values.requests));
+    delete (overrides.workload as Record<string, unknown>).requests;
     flagOfPath.set("workload.trace.maxRequests", "--requests");
+  }
+  for (const flag of ["--trace-speed", "--skip-invalid"]) {
+    const set = flag === "--trace-speed"
+      ? typeof values["trace-speed"] === "string"
+      : values["skip-invalid"] === true;
+    if (set && trace?.path === undefined) {
+      throw new UsageError(`${flag}: needs --trace FILE (or workload.trace in the scenario file)`);
+    }
+  }
+  if (
+    typeof values.router === "string" &&
+    (typeof values.policy === "string" || typeof values.threshold === "string")
+  ) {
+    throw new UsageError(
+      `--router: replaces the built-in policy; drop ${
+        typeof values.policy === "string" ? "--policy" : "--threshold"
+      }`,
+    );
   }
   const merged = deepMerge(base, overrides);
   const config = parseScenario(merged, (path) => {
@@ -162,6 +184,9 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
       const flag = flagOfPath.get(path.slice(0, n).join("."));
       if (flag) return flag;
     }
+    // A whole section the user set through one of its flags (e.g. --preset for instances.engine).
+    const field = path.join(".");
+    for (const [flagPath, flag] of flagOfPath) if (flagPath.startsWith(`${field}.`)) return flag;
     return scenarioPath(path);
   });
   await checkTraceFile(
@@ -205,9 +230,32 @@ function setAt(target: Record<string, unknown>, path: readonly string[], value: 
  * {@linkcode SimulationError} prints one line and exits 1.
  */
 export async function runCommand(main: () => Promise<void> | void): Promise<void> {
+  // An error thrown later by a plugin's own timer or promise is still a run failure, in one line.
+  const uncaught = (message: string) => {
+    console.error(`run failed: uncaught error (from a router plugin?): ${message}`);
+    Deno.exit(1);
+  };
+  globalThis.addEventListener("error", (event) => {
+    event.preventDefault();
+    uncaught(event.message.replace(/^Uncaught (\(in promise\) )?/, ""));
+  });
+  globalThis.addEventListener("unhandledrejection", (event) => {
+    event.preventDefault();
+    uncaught(String((event.reason as Error)?.message ?? event.reason));
+  });
   try {
     await main();
   } catch (error) {
+    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
+      const path = /"([^"]+)"/.exec((error as Error).message)?.[1];
+      console.error(
+        `error: not allowed to ${/write/.test((error as Error).message) ? "write" : "access"} ${
+          path ?? "that path"
+        }: ` +
+          `the tasks may write only under results/ (use --out results/NAME)`,
+      );
+      Deno.exit(2);
+    }
     if (error instanceof UsageError) {
       console.error(`error: ${error.message}`);
       Deno.exit(2);
@@ -225,6 +273,8 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
       console.error(`run failed: ${error.message}`);
       Deno.exit(1);
     }
-    throw error;
+    // Anything else is our bug, not the user's: keep the stack for the report.
+    console.error(`internal error (please report): ${(error as Error)?.stack ?? error}`);
+    Deno.exit(1);
   }
 }

@@ -48,7 +48,7 @@ export const scenarioSchema = z.strictObject({
     networkDelayMs: z.number().min(0).default(0),
   }).prefault({}),
   instances: z.strictObject({
-    count: count(1).default(4),
+    count: count(1).max(10_000).default(4),
     overheadMs: z.number().min(0).default(30),
     prefillMsPerToken: z.number().min(0).default(0.04),
     decodeMsPerToken: z.number().min(0).default(0),
@@ -84,7 +84,7 @@ export const scenarioSchema = z.strictObject({
     }),
   }).prefault({}),
   workload: z.strictObject({
-    requests: count(1).default(20_000),
+    requests: count(1).max(1e12).default(20_000),
     ratePerSec: z.number().gt(0).default(35),
     prefix: z.strictObject({
       groups: count(1).default(100),
@@ -173,12 +173,58 @@ export function parseScenario(
   describePath: (path: readonly PropertyKey[]) => string = scenarioPath,
 ): SimulationConfig {
   const result = scenarioSchema.safeParse(input);
-  if (result.success) return result.data satisfies SimulationConfig;
+  if (result.success) {
+    const unused = unusedSetting(input, result.data);
+    if (unused) throw new UsageError(`${describePath(unused.path)}: ${unused.reason}`);
+    return result.data satisfies SimulationConfig;
+  }
   const issue = result.error.issues[0];
   let path = issue.path;
   if (issue.code === "unrecognized_keys") path = [...path, issue.keys[0]];
-  const got = issue.code === "unrecognized_keys" ? "" : `, got ${show(valueAt(input, path))}`;
-  throw new UsageError(`${describePath(path)}: ${expectation(issue)}${got}`);
+  throw new UsageError(`${describePath(path)}: ${describeIssue(issue, input, path)}`);
+}
+
+/** "expected <what>, got <value>" for a zod issue at `path` of `input` (shared by scenarios and sweeps). */
+export function describeIssue(issue: z.core.$ZodIssue, input: unknown, path: readonly PropertyKey[]): string {
+  if (issue.code === "unrecognized_keys") return expectation(issue);
+  return `${expectation(issue)}, got ${show(valueAt(input, path))}`;
+}
+
+/**
+ * A setting the scenario gives that this run would ignore (never silently):
+ * engine settings without the batching model, FIFO cache size with it,
+ * synthetic-workload settings beside a trace.
+ */
+function unusedSetting(
+  input: unknown,
+  config: SimulationConfig,
+): { path: string[]; reason: string } | undefined {
+  const given = (path: string[]) => valueAt(input, path) !== undefined;
+  if (config.instances.model !== "batching" && given(["instances", "engine"])) {
+    return {
+      path: ["instances", "engine"],
+      reason: `used only by instances.model "batching" (this run's model is "fifo")`,
+    };
+  }
+  if (config.instances.model === "batching" && given(["instances", "cacheCapacity"])) {
+    return {
+      path: ["instances", "cacheCapacity"],
+      reason: "used only by the FIFO model; the batching model's cache is instances.engine.kvBlocks",
+    };
+  }
+  if (config.workload.trace) {
+    for (const field of ["requests", "ratePerSec", "prefix", "suffixTokens", "outputTokens", "sessions"]) {
+      if (given(["workload", field])) {
+        return {
+          path: ["workload", field],
+          reason: `not used when workload.trace replays a trace${
+            field === "requests" ? " (use workload.trace.maxRequests)" : ""
+          }`,
+        };
+      }
+    }
+  }
+  return undefined;
 }
 
 /** `scenario.workload.prefix.zipf` style name of a field path. */
@@ -191,8 +237,11 @@ export function scenarioPath(path: readonly PropertyKey[]): string {
 function expectation(issue: z.core.$ZodIssue): string {
   switch (issue.code) {
     case "invalid_type":
-      return issue.expected === "int" ? "expected an integer" : `expected ${article(issue.expected)}`;
+      return issue.expected === "int"
+        ? "expected an integer"
+        : `expected ${article(issue.expected === "record" ? "object" : issue.expected)}`;
     case "too_small":
+      if (issue.origin === "array") return `expected at least ${String(issue.minimum)} item(s)`;
       return `expected ${issue.origin === "number" ? "a number" : "a value"} ${
         issue.inclusive ? ">=" : ">"
       } ${String(issue.minimum)}`;
@@ -203,7 +252,7 @@ function expectation(issue: z.core.$ZodIssue): string {
     case "invalid_value":
       return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
     case "unrecognized_keys":
-      return "unknown field (not part of the scenario format; see README)";
+      return "unknown field (see the formats in README)";
     case "invalid_union":
       return "options" in issue && Array.isArray(issue.options)
         ? `expected one of ${issue.options.map((v) => JSON.stringify(v)).join(", ")}`
@@ -263,11 +312,20 @@ export async function readJsonFile(path: string, flag = "--scenario"): Promise<u
     const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
     throw new UsageError(`${flag}: cannot read "${path}": ${reason}`);
   }
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch (error) {
     throw new UsageError(`${flag}: "${path}" is not valid JSON: ${(error as Error).message}`);
   }
+  if (!isPlainObject(value)) {
+    throw new UsageError(
+      `${flag}: "${path}" must hold a JSON object, got ${
+        Array.isArray(value) ? "an array" : JSON.stringify(value)
+      }`,
+    );
+  }
+  return value;
 }
 
 /** Merges `override` into `base`: nested objects merge, anything else replaces. */

@@ -155,6 +155,7 @@ if (import.meta.main) {
         throw new UsageError(`--workers: expected an integer >= 1, got "${values.workers}"`);
       }
     }
+    if (values.resume && values.fresh) throw new UsageError("--resume and --fresh: give one or the other");
     const shard = parseShard(values.shard);
     // The quick preset must not overwrite the committed full results.
     const out = values.out ?? (values.quick ? "results/quick" : "results");
@@ -173,6 +174,15 @@ if (import.meta.main) {
     let journal: JournalWriter;
     const existing = await Deno.stat(journalFile).then(() => true, () => false);
     const previous = values.resume && existing ? await readJournal(journalFile) : undefined;
+    if (existing && !values.resume && !values.fresh && shard.count > 1) {
+      const recorded = await readJournal(journalFile);
+      if (recorded.header?.specHash === header.specHash && mine.every((p) => recorded.points.has(p))) {
+        console.error(
+          `shard ${shard.index}/${shard.count} is already complete in ${journalFile}; nothing to do`,
+        );
+        return;
+      }
+    }
     if (existing && !values.resume && !values.fresh) {
       throw new UsageError(
         `${journalFile} records an unfinished sweep: add --resume to finish it, or --fresh to discard it and start over`,
@@ -197,7 +207,9 @@ if (import.meta.main) {
       journal = await JournalWriter.resume(journalFile, previous!.validBytes);
       console.error(
         `resuming: ${done.size} of ${mine.length} points already recorded` +
-          (previous!.torn ? " (a torn last record was dropped and will be re-run)" : ""),
+          (previous!.torn
+            ? " (a torn or corrupt record was found: it and any records after it are dropped and re-run)"
+            : ""),
       );
     } else {
       // No journal, --fresh, or a journal torn before its header was complete: start afresh.
@@ -299,7 +311,7 @@ if (import.meta.main) {
     console.error(
       `sweep done: ${sweep.runs.length} runs, ${
         requests.toLocaleString("en-US")
-      } requests on ${workers} workers in ` +
+      } requests on ${workers} worker${workers === 1 ? "" : "s"} in ` +
         `${wall.toFixed(1)} s wall (${
           simulatedSeconds.toFixed(1)
         } s simulating ${todo.length} runs, ${rate}); wrote ${out}/`,

@@ -7,7 +7,7 @@
 import { z } from "zod";
 import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import { deepMerge, parseScenario, scenarioPath } from "./scenario.ts";
+import { deepMerge, describeIssue, parseScenario, scenarioPath } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 
 const sweepSchema = z.strictObject({
@@ -101,7 +101,7 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
         ? `.${String(k)}`
         : `[${JSON.stringify(k)}]`
     ).join("");
-    const what = issue.code === "unrecognized_keys" ? "unknown field" : issue.message;
+    const what = describeIssue(issue, input, path);
     throw new UsageError(`${name}: ${what}`);
   }
   const spec = parsed.data;
@@ -129,8 +129,22 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
       `sweep.focus: expected one of the axes (${axes.join(", ")}), got ${JSON.stringify(spec.focus)}`,
     );
   }
+  for (const axis of axes) {
+    const values = spec.axes[axis].map((v) => JSON.stringify(v));
+    const twice = values.find((v, i) => values.indexOf(v) !== i);
+    if (twice) throw new UsageError(`sweep.axes["${axis}"]: lists ${twice} twice`);
+  }
+  const seedTwice = spec.seeds.find((v, i) => spec.seeds.indexOf(v) !== i);
+  if (seedTwice !== undefined) throw new UsageError(`sweep.seeds: lists ${seedTwice} twice`);
   const variants: PolicyVariant[] = spec.policies.flatMap((p, i): PolicyVariant[] => {
     const { name, threshold, thresholds, ...params } = p;
+    if (name !== "hybrid" && (threshold !== undefined || thresholds !== undefined)) {
+      throw new UsageError(
+        `sweep.policies[${i}].${
+          threshold !== undefined ? "threshold" : "thresholds"
+        }: only hybrid has thresholds`,
+      );
+    }
     const allowed = POLICY_PARAMETERS[name];
     for (const key of Object.keys(params)) {
       if (!allowed.includes(key)) {

@@ -80,6 +80,20 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
       "mooncake_malformed.jsonl:7: input_length",
     ],
     [["--model", "gpu"], '--model: expected one of "fifo", "batching"'],
+    [["--preset", "llama-3.1-8b"], '--preset: used only by instances.model "batching"'],
+    [["--model", "batching", "--cache-capacity", "4"], "--cache-capacity: used only by the FIFO model"],
+    [
+      ["--trace", "tests/fixtures/azure_sample.csv", "--zipf", "2"],
+      "--zipf: not used when workload.trace replays a trace",
+    ],
+    [["--trace-speed", "2"], "--trace-speed: needs --trace FILE"],
+    [
+      ["--router", "scenarios/plugins/cache_with_slack.ts", "--policy", "hybrid"],
+      "--router: replaces the built-in policy; drop --policy",
+    ],
+    [["--requests"], "--requests: expected a value after the flag"],
+    [["--instances", "1e9"], "--instances: expected a number <= 10000, got 1000000000"],
+    [["--scenario", "tests/fixtures/not_an_object.json"], "must hold a JSON object, got an array"],
     [["--model", "batching", "--preset", "gpt-9"], '--preset: expected one of "qwen2.5-7b"'],
     [
       ["--trace-speed", "0", "--trace", "tests/fixtures/azure_sample.csv"],

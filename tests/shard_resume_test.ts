@@ -85,7 +85,7 @@ Deno.test("a sweep killed with SIGKILL midway, with a torn last record, resumes 
   const log = await ok(sweep(out, "--resume"));
   assertStringIncludes(
     log,
-    `resuming: ${recorded} of 8 points already recorded (a torn last record was dropped`,
+    `resuming: ${recorded} of 8 points already recorded (a torn or corrupt record was found`,
   );
   assertEquals(await Deno.readTextFile(`${out}/sweep_summary.csv`), await singleRunCsv());
   assertEquals([...Deno.readDirSync(out)].some((e) => e.name === "sweep_journal.jsonl"), false);

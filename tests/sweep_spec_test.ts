@@ -69,6 +69,17 @@ Deno.test("invalid sweep specs name the field", async (t) => {
     ],
     [{ ...valid, focus: "router.cacheView" }, "sweep.focus: expected one of the axes"],
     [
+      { ...valid, axes: { "workload.prefix.zipf": [1, 1] } },
+      'sweep.axes["workload.prefix.zipf"]: lists 1 twice',
+    ],
+    [{ ...valid, seeds: [1, 1] }, "sweep.seeds: lists 1 twice"],
+    [
+      { ...valid, policies: [{ name: "round_robin", thresholds: [1, 2] }] },
+      "sweep.policies[0].thresholds: only hybrid has thresholds",
+    ],
+    [{ ...valid, seeds: [1.5] }, "sweep.seeds[0]: expected an integer, got 1.5"],
+    [{ policies: valid.policies, seeds: [1] }, "sweep.axes: expected an object, got nothing"],
+    [
       { ...valid, base: { workload: { requests: 0 } } },
       "sweep.base.workload.requests: expected a number >= 1, got 0",
     ],

@@ -48,6 +48,8 @@ export class SimulationError extends Error {
   readonly messageType?: string;
   /** Simulated time of the failure, in milliseconds. */
   readonly timeMs?: number;
+  /** What went wrong, without the kind and location the message adds. */
+  readonly detail: string;
 
   constructor(kind: SimulationErrorKind, detail: string, context: SimulationErrorContext = {}) {
     const where = [
@@ -61,5 +63,6 @@ export class SimulationError extends Error {
     this.actor = context.actor;
     this.messageType = context.messageType;
     this.timeMs = context.timeMs;
+    this.detail = detail;
   }
 }

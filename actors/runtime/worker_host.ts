@@ -100,7 +100,7 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
     } catch (error) {
       const kind = error instanceof SimulationError ? error.kind : "actor_threw";
       const message = error instanceof SimulationError
-        ? error.message
+        ? error.detail
         : (error as Error)?.message ?? String(error);
       reply({ type: "failed", kind, message });
     }
