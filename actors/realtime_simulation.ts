@@ -98,18 +98,7 @@ export async function simulateRealtime(
       entry: ENTRY,
       factory: "createRouter",
       args: [instances, config, plugin],
-      permissions: plugin
-        ? {
-          read: [new URL(plugin)],
-          write: false,
-          net: false,
-          env: false,
-          run: false,
-          ffi: false,
-          sys: false,
-          import: false,
-        }
-        : "none",
+      permissions: plugin ? { ...NO_PERMISSIONS, read: [new URL(plugin)] } : "none",
       label: plugin ? `plugin ${plugin.split("/").pop()}` : undefined,
     });
     const trace = config.workload.trace;

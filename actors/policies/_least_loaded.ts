@@ -5,23 +5,13 @@
  * instance, instance 0 least of all, collects every tie.
  */
 import type { RandomStream } from "../runtime/random_stream.ts";
+import { pickBy } from "./_pick.ts";
 import type { RouterView } from "./policy.ts";
 
-/** Least-loaded instance overall; ties at random (reservoir sampling). */
+/** Least-loaded instance overall; ties at random. */
 export function leastLoaded(view: RouterView, random: RandomStream): number {
-  const { waiting, running, instanceCount } = view;
-  let best = -1, bestLoad = Infinity, ties = 0;
-  for (let i = 0; i < instanceCount; i++) {
-    const load = waiting[i] + running[i];
-    if (load < bestLoad) {
-      best = i;
-      bestLoad = load;
-      ties = 1;
-    } else if (load === bestLoad && random() * ++ties < 1) {
-      best = i;
-    }
-  }
-  return best;
+  const { waiting, running } = view;
+  return pickBy(view.instanceCount, (i) => -(waiting[i] + running[i]), random);
 }
 
 /**
@@ -30,18 +20,6 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
  */
 export function leastLoadedHolding(view: RouterView, group: number, random: RandomStream): number {
   if (group < 0) return -1;
-  const { waiting, running, instanceCount } = view;
-  let best = -1, bestLoad = Infinity, ties = 0;
-  for (let i = 0; i < instanceCount; i++) {
-    if (!view.holds(i, group)) continue;
-    const load = waiting[i] + running[i];
-    if (load < bestLoad) {
-      best = i;
-      bestLoad = load;
-      ties = 1;
-    } else if (load === bestLoad && random() * ++ties < 1) {
-      best = i;
-    }
-  }
-  return best;
+  const { waiting, running } = view;
+  return pickBy(view.instanceCount, (i) => view.holds(i, group) ? -(waiting[i] + running[i]) : NaN, random);
 }
