@@ -74,10 +74,19 @@ Deno.test("a realtime plugin fault exits 1 naming the plugin, the message type a
 
 Deno.test("Ctrl-C during a realtime run exits 130 after printing what finished", async () => {
   const child = command("scenarios/realtime.ts", "--requests", "20000", "--speed", "1").spawn();
-  await new Promise((resolve) => setTimeout(resolve, 2500));
+  // Interrupt only once the run is live (its first view frame, drawn every
+  // 2 s off a terminal), however long Deno takes to start on a loaded machine.
+  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let stderr = "";
+  while (!stderr.includes("realtime · ")) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    stderr += value;
+  }
   child.kill("SIGINT");
-  const out = await child.output();
-  const stderr = decode(out.stderr);
-  assertEquals(out.code, 130, stderr);
+  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) stderr += chunk.value;
+  const status = await child.status;
+  await child.stdout.cancel();
+  assertEquals(status.code, 130, stderr);
   assert(/interrupted after [\d.]+ s wall: \d+ requests completed/.test(stderr), stderr);
 });

@@ -1,5 +1,5 @@
 /** One contract, both runtimes: the in-process kernel and actors in Workers. */
-import { assertEquals, assertRejects } from "@std/assert";
+import { assert, assertEquals, assertRejects } from "@std/assert";
 import type { Message } from "../actors/runtime/kernel.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
@@ -91,3 +91,22 @@ function runtimeContract(label: string, newRuntime: (seed: number) => RuntimeHar
 
 runtimeContract("in-process kernel", inProcess);
 runtimeContract("Worker runtime", inWorkers);
+
+Deno.test("Worker runtime: a crash after the last reply fails the run at the current virtual time", async () => {
+  const rt = inWorkers(1);
+  try {
+    const crasher = rt.spawn("crasher", "createAsyncCrasher");
+    const { ref } = rt.recorder("sink");
+    rt.send(crasher, { type: "poke" }, 4);
+    // Keeps the clock running (3 s of wall time at 1000×) while the crash arrives with no delivery pending.
+    rt.send(ref, { type: "keepalive" }, 3_000_000);
+    const error = await assertRejects(() => rt.run(), SimulationError, "crashed after replying");
+    assertEquals([error.kind, error.actor], ["worker_crashed", "crasher"]);
+    assert(
+      typeof error.timeMs === "number" && error.timeMs >= 4 && error.timeMs < 3_000_000,
+      `timeMs: ${error.timeMs}`,
+    );
+  } finally {
+    rt.close();
+  }
+});

@@ -280,7 +280,9 @@ export class WorkerRuntime {
         new SimulationError(reply.kind, reply.message, {
           actor: proxy.name,
           messageType: delivery?.type,
-          timeMs: delivery?.timeMs,
+          // An asynchronous crash can arrive after the last reply, with no
+          // delivery pending: it happened at the current virtual time.
+          timeMs: delivery?.timeMs ?? this.kernel.nowMs,
         }),
       );
       return;
