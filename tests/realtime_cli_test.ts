@@ -1,5 +1,6 @@
 /** `deno task realtime` and `--router` as a user runs them. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+import { interruptWhenSeen } from "./_interrupt.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const decode = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -74,19 +75,8 @@ Deno.test("a realtime plugin fault exits 1 naming the plugin, the message type a
 
 Deno.test("Ctrl-C during a realtime run exits 130 after printing what finished", async () => {
   const child = command("scenarios/realtime.ts", "--requests", "20000", "--speed", "1").spawn();
-  // Interrupt only once the run is live (its first view frame, drawn every
-  // 2 s off a terminal), however long Deno takes to start on a loaded machine.
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let stderr = "";
-  while (!stderr.includes("realtime · ")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    stderr += value;
-  }
-  child.kill("SIGINT");
-  for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read()) stderr += chunk.value;
-  const status = await child.status;
-  await child.stdout.cancel();
-  assertEquals(status.code, 130, stderr);
+  // Its first live-view frame (drawn every 2 s off a terminal) shows the run is live.
+  const { code, stderr } = await interruptWhenSeen(child, "realtime · ");
+  assertEquals(code, 130, stderr);
   assert(/interrupted after [\d.]+ s wall: \d+ requests completed/.test(stderr), stderr);
 });

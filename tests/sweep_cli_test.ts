@@ -1,6 +1,7 @@
 /** `deno task sweep` as a user runs it: bad input, and Ctrl-C mid-sweep. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { readJournal } from "../scenarios/sweep_journal.ts";
+import { interruptWhenSeen } from "./_interrupt.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 
@@ -42,22 +43,8 @@ Deno.test("Ctrl-C during a sweep exits 130 and leaves the previous results untou
   const out = await Deno.makeTempDir();
   await Deno.writeTextFile(`${out}/summary.txt`, "previous results\n");
   const child = sweep(out, "--quick", "--workers", "1").spawn();
-  // Wait for the first progress line, so the sweep is running, then interrupt.
-  const reader = child.stderr.pipeThrough(new TextDecoderStream()).getReader();
-  let seen = "";
-  while (!seen.includes("runs")) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    seen += value;
-  }
-  child.kill("SIGINT");
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    seen += value;
-  }
-  const { code } = await child.status;
-  await child.stdout.cancel();
+  // The first progress line shows the sweep is running.
+  const { code, stderr: seen } = await interruptWhenSeen(child, "runs");
   assertEquals(code, 130, seen);
   assertStringIncludes(seen, "interrupted");
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");

@@ -276,15 +276,7 @@ export class WorkerRuntime {
   #onReply(proxy: RemoteProxy, reply: HostReply): void {
     const delivery = proxy.pending.shift();
     if (reply.type === "failed") {
-      this.#fail(
-        new SimulationError(reply.kind, reply.message, {
-          actor: proxy.name,
-          messageType: delivery?.type,
-          // An asynchronous crash can arrive after the last reply, with no
-          // delivery pending: it happened at the current virtual time.
-          timeMs: delivery?.timeMs ?? this.kernel.nowMs,
-        }),
-      );
+      this.#failAt(proxy, delivery, reply.kind, reply.message);
       return;
     }
     if (reply.type !== "handled" || delivery === undefined) return;
@@ -321,8 +313,21 @@ export class WorkerRuntime {
   }
 
   #crash(proxy: RemoteProxy, detail: string): SimulationError {
-    const delivery = proxy.pending[0];
-    const error = new SimulationError("worker_crashed", detail, {
+    return this.#failAt(proxy, proxy.pending[0], "worker_crashed", detail);
+  }
+
+  /**
+   * Fails the run with an error naming `proxy`'s actor and the delivery it
+   * came from. A crash can arrive after the actor's last reply, with nothing
+   * pending: it then happened at the current virtual time.
+   */
+  #failAt(
+    proxy: RemoteProxy,
+    delivery: PendingDelivery | undefined,
+    kind: SimulationErrorKind,
+    detail: string,
+  ): SimulationError {
+    const error = new SimulationError(kind, detail, {
       actor: proxy.name,
       messageType: delivery?.type,
       timeMs: delivery?.timeMs ?? this.kernel.nowMs,
@@ -341,12 +346,11 @@ export class WorkerRuntime {
     for (const proxy of this.#proxies) {
       const oldest = proxy.pending[0];
       if (oldest && now - oldest.sentWallMs > this.#handlerTimeoutMs) {
-        this.#fail(
-          new SimulationError("actor_timeout", `no answer within ${this.#handlerTimeoutMs} ms of wall time`, {
-            actor: proxy.name,
-            messageType: oldest.type,
-            timeMs: oldest.timeMs,
-          }),
+        this.#failAt(
+          proxy,
+          oldest,
+          "actor_timeout",
+          `no answer within ${this.#handlerTimeoutMs} ms of wall time`,
         );
       }
     }
