@@ -15,7 +15,7 @@ import {
 } from "./command_line.ts";
 import { LiveView } from "./live_view.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
-import { formatReport } from "./run.ts";
+import { formatReport } from "./run_report.ts";
 import { UsageError } from "./usage_error.ts";
 import { systemWallTime } from "./wall_time.ts";
 

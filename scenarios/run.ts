@@ -2,9 +2,9 @@
  * @module
  * `deno task run`: simulate one scenario and print a table (or JSON).
  */
-import { meanOf } from "../actors/distributions.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
-import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import { simulate, type SimulationConfig } from "../actors/simulation.ts";
+import { formatReport, type RunReport } from "./run_report.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
 import {
   configFromFlags,
@@ -20,82 +20,11 @@ Simulates one scenario under the virtual clock and prints its metrics.
 
 ${SCENARIO_FLAGS_HELP}`;
 
-/** One run's report: the result plus its wall time and resolved scenario. */
-export interface RunReport extends RunResult {
-  /** Wall-clock time of the simulation, ms (not deterministic). */
-  readonly wallMs: number;
-  /** The scenario as run, every default filled in. */
-  readonly scenario: SimulationConfig;
-}
-
 /** Simulates `config` (with a plugin's policy, if given) and times it. */
 export function runScenario(config: SimulationConfig, policy?: RoutingPolicy): RunReport {
   const start = performance.now();
   const result = simulate(config, { policy });
   return { ...result, wallMs: performance.now() - start, scenario: config };
-}
-
-/** Describes the policy with its parameter, e.g. `hybrid(thr=1)`, or a plugin's name. */
-export function policyLabel(report: RunResult & { readonly scenario: SimulationConfig }): string {
-  const { policy } = report.scenario;
-  if (report.policy !== policy.name) return `plugin ${report.policy}`;
-  return policy.name === "hybrid" ? `hybrid(thr=${policy.threshold})` : policy.name;
-}
-
-/** The human-readable table of one run. */
-export function formatReport(report: RunReport): string {
-  const c = report.scenario, w = c.workload, p = w.prefix, e = c.instances.engine;
-  const ms = (v: number) => v.toFixed(1);
-  const suffix = w.suffixTokens.dist === "constant"
-    ? `${w.suffixTokens.value}`
-    : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
-  const batching = c.instances.model === "batching";
-  const model = batching
-    ? `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
-      `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`
-    : `fifo (${c.instances.overheadMs} ms + ${c.instances.prefillMsPerToken} ms/uncached token, cache ${c.instances.cacheCapacity} groups)`;
-  const workload = w.trace
-    ? `trace ${w.trace.path} (${w.trace.format}, speed ${w.trace.speed}×)`
-    : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
-      `prefix ${p.tokens} + suffix ${suffix} tokens`;
-  const lines = [
-    `policy ${policyLabel(report)} · ${c.instances.count} instances · seed ${c.seed}`,
-    `model: ${model}`,
-    `workload: ${workload}`,
-    "",
-    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped}  in flight ${report.inFlight}` +
-    (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
-    `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
-      ms(report.ttftP90Ms)
-    }  p99 ${ms(report.ttftP99Ms)}`,
-    `  queue wait    mean ${ms(report.queueWaitMeanMs)} ms`,
-  ];
-  if (batching) {
-    lines.push(
-      `  TPOT          mean ${report.tpotMeanMs.toFixed(2)} ms · end-to-end mean ${ms(report.e2eMeanMs)} ms`,
-      `  tokens/s      ${report.outputTokensPerSec.toFixed(0)} output · ${
-        report.tokensPerSec.toFixed(0)
-      } total`,
-      `  KV cache      mean utilisation ${
-        (report.kvUtilizationMean * 100).toFixed(1)
-      }% · preemptions ${report.preemptions}`,
-    );
-  }
-  lines.push(
-    `  hit rate      ${report.hitRate.toFixed(3)} of requests, ${
-      report.tokenHitRate.toFixed(3)
-    } of prompt tokens`,
-    `  imbalance     ${report.imbalance.toFixed(3)} (max-min)/mean · cv ${
-      report.imbalanceCv.toFixed(3)
-    } · busy-time cv ${report.busyImbalanceCv.toFixed(3)}`,
-    `  throughput    ${report.throughputRps.toFixed(2)} req/s over ${
-      (report.simulatedMs / 1000).toFixed(1)
-    } s simulated`,
-    `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
-      (report.requests / report.wallMs * 1000).toFixed(0)
-    } requests/s)`,
-  );
-  return lines.join("\n");
 }
 
 if (import.meta.main) {
