@@ -10,6 +10,7 @@ import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
 import { Router } from "./router.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
+import type { DescribedActor } from "./runtime/worker_host.ts";
 import type { BatchingInstance } from "./batching_instance.ts";
 import type { ServingInstance } from "./serving_instance.ts";
 import {
@@ -22,14 +23,18 @@ import {
 import type { TraceSource } from "./trace_source.ts";
 import type { WorkloadSource } from "./workload_source.ts";
 
-/** The router for `config`, with its built-in policy or, when `pluginUrl` is given, a plugin's. */
+/**
+ * The router for `config`, with its built-in policy or, when `pluginUrl` is
+ * given, a plugin's (imported here, in the router's Worker, and nowhere else
+ * in a real-time run). Tells the host the policy's name.
+ */
 export async function createRouter(
   instances: readonly ActorRef<ServeCommand>[],
   config: SimulationConfig,
   pluginUrl?: string,
-): Promise<Router> {
+): Promise<DescribedActor> {
   const policy = pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(config.policy);
-  return new Router(instances, policy, routerOptions(config));
+  return { actor: new Router(instances, policy, routerOptions(config)), about: policy.name };
 }
 
 /** One serving instance of the configured model, reporting as `config.router` says. */

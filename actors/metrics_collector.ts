@@ -7,7 +7,20 @@ import * as hdr from "hdr-histogram-js";
 import { assertNever, type DropReason, type InstanceStats, type MetricsCommand } from "./protocol.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
 
-/** The summary of one run's requests; each field is defined in design.md. */
+/**
+ * Simulated times must stay below 2^43 ms (≈ 279 years): up to there a double
+ * resolves 2^-10 ms, finer than the 1 µs unit TTFT is recorded in; beyond it a
+ * service time added to the clock is rounded away (at 1e302 ms a 30 ms prefill
+ * adds nothing, and TTFT reads 0).
+ */
+export const MAX_SIMULATED_MS = 2 ** 43;
+
+/**
+ * The summary of one run's requests; each field is defined in design.md.
+ * A mean or ratio over completed requests is `null` when it has nothing to
+ * average (nothing completed, say) — never 0, which would read as a measurement.
+ * Counts and rates per second stay numbers: 0 of them is a true 0.
+ */
 export interface RequestMetrics {
   /** Requests completed. */
   readonly completed: number;
@@ -15,36 +28,41 @@ export interface RequestMetrics {
   readonly dropped: number;
   /** Drops per reason. */
   readonly droppedByReason: Readonly<Record<DropReason, number>>;
-  /** Mean time to first token, ms. */
-  readonly ttftMeanMs: number;
-  /** TTFT percentiles, ms (HDR histogram, 3 significant digits). */
-  readonly ttftP50Ms: number;
-  readonly ttftP90Ms: number;
-  readonly ttftP99Ms: number;
-  /** Mean wait in queue (arrival to start of service), ms. */
-  readonly queueWaitMeanMs: number;
-  /** Mean arrival-to-last-token time, ms. */
-  readonly e2eMeanMs: number;
-  /** Share of completed requests that found any of their prefix cached. */
-  readonly hitRate: number;
-  /** Cached prompt tokens / all prompt tokens, over completed requests. */
-  readonly tokenHitRate: number;
-  /** (max − min) / mean of per-instance completed counts. */
-  readonly imbalance: number;
-  /** Coefficient of variation (population) of per-instance completed counts. */
-  readonly imbalanceCv: number;
-  /** Coefficient of variation of per-instance busy time: a time-weighted imbalance. */
-  readonly busyImbalanceCv: number;
+  /** Mean time to first token, ms; null when nothing completed. */
+  readonly ttftMeanMs: number | null;
+  /** TTFT percentiles, ms (HDR histogram, 3 significant digits); null when nothing completed. */
+  readonly ttftP50Ms: number | null;
+  readonly ttftP90Ms: number | null;
+  readonly ttftP99Ms: number | null;
+  /** Mean wait in queue (arrival to start of service), ms; null when nothing completed. */
+  readonly queueWaitMeanMs: number | null;
+  /** Mean arrival-to-last-token time, ms; null when nothing completed. */
+  readonly e2eMeanMs: number | null;
+  /** Share of completed requests that found any of their prefix cached; null when nothing completed. */
+  readonly hitRate: number | null;
+  /** Cached prompt tokens / all prompt tokens, over completed requests; null when they had no prompt tokens. */
+  readonly tokenHitRate: number | null;
+  /** (max − min) / mean of per-instance completed counts; null when nothing completed. */
+  readonly imbalance: number | null;
+  /** Coefficient of variation (population) of per-instance completed counts; null when nothing completed. */
+  readonly imbalanceCv: number | null;
+  /** Coefficient of variation of per-instance busy time: a time-weighted imbalance; null when no instance was busy. */
+  readonly busyImbalanceCv: number | null;
   /** Completed requests per simulated second, first arrival to last completion. */
   readonly throughputRps: number;
-  /** Mean time per output token after the first, ms, over requests with more than one output token. */
-  readonly tpotMeanMs: number;
+  /**
+   * Completed requests that met every SLO set, per simulated second (the same
+   * window as `throughputRps`). No SLO can be set yet, so every completion counts.
+   */
+  readonly goodputRps: number;
+  /** Mean time per output token after the first, ms, over requests with more than one output token; null when there were none. */
+  readonly tpotMeanMs: number | null;
   /** Output tokens per simulated second (first arrival to last completion). */
   readonly outputTokensPerSec: number;
   /** Prompt plus output tokens per simulated second. */
   readonly tokensPerSec: number;
-  /** Time-weighted mean share of KV blocks in use, over instances reporting KV (batching model); 0 otherwise. */
-  readonly kvUtilizationMean: number;
+  /** Time-weighted mean share of KV blocks in use, over instances reporting KV (batching model); null when none did or nothing completed. */
+  readonly kvUtilizationMean: number | null;
   /** Preemptions, all instances. */
   readonly preemptions: number;
   /** Completed requests per instance. */
@@ -70,6 +88,8 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   #tpotCount = 0;
   #outputTokens = 0;
   #completed = 0;
+  /** Completions that met every SLO set; none can be set yet, so every completion. */
+  #good = 0;
   #dropped = 0;
   #ttftSumMs = 0;
   #waitSumMs = 0;
@@ -100,8 +120,15 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     switch (message.type) {
       case "completed": {
         const r = message.record;
+        if (!(r.endMs < MAX_SIMULATED_MS)) {
+          throw new RangeError(
+            `simulated time reached ${r.endMs} ms, past 2^43 ms (≈ 279 years), where time no longer resolves ` +
+              `the 1 µs TTFT is measured in: the workload is spread too thin (raise the rate or trace speed)`,
+          );
+        }
         const ttftMs = r.firstTokenMs - r.arrivalMs;
         this.#completed++;
+        this.#good++;
         this.#ttftSumMs += ttftMs;
         this.#ttftMicros.recordValue(Math.max(1, Math.round(ttftMs * 1000)));
         this.#waitSumMs += r.startMs - r.arrivalMs;
@@ -136,11 +163,11 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     return this.#perInstanceBusyMs.map((ms, i) => this.#stats[i]?.busyMs ?? ms);
   }
 
-  /** The statistics so far. Rates are 0, not NaN, when nothing completed. */
+  /** The statistics so far: means and ratios are null, not 0 or NaN, when they average nothing. */
   summary(): RequestMetrics {
     const n = this.#completed;
     const h = this.#ttftMicros;
-    const percentileMs = (p: number) => n === 0 ? 0 : h.getValueAtPercentile(p) / 1000;
+    const percentileMs = (p: number) => n === 0 ? null : h.getValueAtPercentile(p) / 1000;
     const spanMs = this.#lastEndMs - this.#firstArrivalMs;
     const perSec = (count: number) => spanMs > 0 ? count / (spanMs / 1000) : 0;
     const reported = this.#stats.filter((s): s is InstanceStats => s !== undefined && s.kvBlocks > 0);
@@ -162,11 +189,12 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       // the FIFO model's busy time is the sum of its requests' service times.
       busyImbalanceCv: coefficientOfVariation(this.#busyMsPerInstance()),
       throughputRps: perSec(n),
+      goodputRps: perSec(this.#good),
       tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
       outputTokensPerSec: perSec(this.#outputTokens),
       tokensPerSec: perSec(this.#outputTokens + this.#promptTokens),
       kvUtilizationMean: reported.length === 0 || spanMs <= 0
-        ? 0
+        ? null
         : reported.reduce((a, s) => a + s.kvBlockMs / s.kvBlocks, 0) / reported.length / spanMs,
       preemptions: this.#stats.reduce((a, s) => a + (s?.preemptions ?? 0), 0),
       perInstanceCompleted: [...this.#perInstanceCompleted],
@@ -175,20 +203,25 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   }
 }
 
-function ratio(numerator: number, denominator: number): number {
-  return denominator === 0 ? 0 : numerator / denominator;
+function ratio(numerator: number, denominator: number): number | null {
+  return denominator === 0 ? null : numerator / denominator;
 }
 
-/** `(max − min) / mean`, the original study's imbalance; 0 for an empty or all-zero list. */
-export function rangeOverMean(values: readonly number[]): number {
-  const mean = values.reduce((a, b) => a + b, 0) / values.length;
-  return mean === 0 ? 0 : (Math.max(...values) - Math.min(...values)) / mean;
+/** `dropped / requests`, the share of arrivals refused; null when nothing arrived. */
+export function droppedFraction(dropped: number, requests: number): number | null {
+  return ratio(dropped, requests);
 }
 
-/** Population standard deviation over mean; 0 for an empty or all-zero list. */
-export function coefficientOfVariation(values: readonly number[]): number {
+/** `(max − min) / mean`, the original study's imbalance; null for an empty or all-zero list (nothing to balance). */
+export function rangeOverMean(values: readonly number[]): number | null {
   const mean = values.reduce((a, b) => a + b, 0) / values.length;
-  if (mean === 0) return 0;
+  return !(mean > 0) ? null : (Math.max(...values) - Math.min(...values)) / mean;
+}
+
+/** Population standard deviation over mean; null for an empty or all-zero list. */
+export function coefficientOfVariation(values: readonly number[]): number | null {
+  const mean = values.reduce((a, b) => a + b, 0) / values.length;
+  if (!(mean > 0)) return null;
   const variance = values.reduce((a, v) => a + (v - mean) ** 2, 0) / values.length;
   return Math.sqrt(variance) / mean;
 }

@@ -1,18 +1,21 @@
 /**
  * @module
  * One run in real time: the metrics collector stays in this thread, the
- * source, the router and each instance run in their own Worker, and a wall
- * clock paces the central kernel at `speed` simulated ms per wall ms.
+ * instances and the source share a pool of Workers sized to the cores, the
+ * router (and its plugin, if any) has a Worker of its own, and a wall clock
+ * paces the central kernel at `speed` simulated ms per wall ms.
  */
-import { MetricsCollector } from "./metrics_collector.ts";
+import { droppedFraction, MetricsCollector } from "./metrics_collector.ts";
 import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
-import type { ActorRef, DeliveryTap } from "./runtime/kernel.ts";
+import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
 import { type LagStats, WorkerRuntime } from "./runtime/worker_runtime.ts";
 import type { RunResult, SimulationConfig } from "./simulation.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
+/** Our actors' directory: a plugin's Worker may read it, so a plugin may import our helpers. */
+const ACTORS_DIR = new URL("./", import.meta.url);
 const NO_PERMISSIONS = {
   write: false,
   net: false,
@@ -29,16 +32,27 @@ export interface RealtimeOptions {
   readonly speed: number;
   /** The wall time source, supplied by the caller (see scenarios/wall_time.ts). */
   readonly wallTime: WallTime;
-  /** A router plugin module (`file:` URL); its Worker may read only that file. */
+  /**
+   * A router plugin module (`file:` URL), imported only in the router's
+   * Worker, which may read the plugin's directory and `actors/`, nothing else.
+   */
   readonly pluginUrl?: string;
+  /**
+   * Wall ms the plugin may take to load, and to answer each message to the
+   * router (in place of `handlerTimeoutMs`); past it the run fails with
+   * `plugin_timeout`. @default 5000
+   */
+  readonly pluginTimeoutMs?: number;
   /** Observes every delivery (for a live view). */
   readonly onDeliver?: DeliveryTap;
   /** Aborting stops the run (`AbortError`); Workers are terminated. */
   readonly signal?: AbortSignal;
-  /** Wall ms a Worker may take to handle one message. @default 5000 */
+  /** Wall ms our own actors (instances, source, a built-in router) may take to be built or to handle one message. @default 5000 */
   readonly handlerTimeoutMs?: number;
-  /** Policy name to report (a plugin's `name`). @default config.policy.name */
+  /** Policy name to report. @default the plugin's own `name` (from its Worker), else config.policy.name */
   readonly policyName?: string;
+  /** Workers in the instances' pool. @default navigator.hardwareConcurrency, at least 1 */
+  readonly poolSize?: number;
   /** Called once every Worker is ready, with live handles (for views and partial reports). */
   readonly onStart?: (live: LiveHandles) => void;
 }
@@ -78,8 +92,10 @@ export async function simulateRealtime(
   };
   const runtime = new WorkerRuntime({
     seed: config.seed,
+    wallTime: options.wallTime,
     onDeliver: tap,
     handlerTimeoutMs: options.handlerTimeoutMs,
+    poolSize: options.poolSize,
   });
   try {
     const collector = new MetricsCollector(count);
@@ -98,8 +114,16 @@ export async function simulateRealtime(
       entry: ENTRY,
       factory: "createRouter",
       args: [instances, config, plugin],
-      permissions: plugin ? { ...NO_PERMISSIONS, read: [new URL(plugin)] } : "none",
-      label: plugin ? `plugin ${plugin.split("/").pop()}` : undefined,
+      ownWorker: true,
+      ...(plugin
+        ? {
+          permissions: { ...NO_PERMISSIONS, read: [new URL(".", plugin), ACTORS_DIR] },
+          label: `plugin ${plugin.split("/").pop()}`,
+          timeoutMs: options.pluginTimeoutMs ?? 5000,
+          timeoutKind: "plugin_timeout",
+          describe: describeRouted,
+        }
+        : {}),
     });
     const trace = config.workload.trace;
     const source = runtime.spawnRemote("source", {
@@ -124,11 +148,12 @@ export async function simulateRealtime(
     const dropped = summary.dropped;
     const inFlight = held.reduce((a, b) => a + b, 0) + pending;
     const result: RealtimeResult = {
-      policy: options.policyName ?? config.policy.name,
+      policy: options.policyName ?? (plugin ? runtime.aboutOf(router) : undefined) ?? config.policy.name,
       skippedInvalid: 0,
       requests: arrivals,
       inFlight,
       ...summary,
+      droppedFraction: droppedFraction(dropped, arrivals),
       simulatedMs: runtime.kernel.nowMs,
       messages: runtime.kernel.messagesDelivered,
       lag: runtime.lagStats(),
@@ -145,4 +170,10 @@ export async function simulateRealtime(
   } finally {
     runtime.terminate();
   }
+}
+
+/** Names a message to the router in a timeout error: the request a `route` carries. */
+function describeRouted(message: Message): string | undefined {
+  const m = message as AnyMessage;
+  return m.type === "route" ? `routing request ${m.request.id}` : undefined;
 }

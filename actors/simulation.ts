@@ -3,7 +3,7 @@
  * Wires one run's actors (source → router → instances → metrics) on a kernel
  * under the virtual clock, runs it, and checks that no request was lost.
  */
-import { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
+import { droppedFraction, MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 import { createPolicy, type PolicySpec } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
 import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
@@ -126,6 +126,8 @@ export interface RunResult extends RequestMetrics {
   readonly requests: number;
   /** Requests arrived but neither completed nor dropped when the run stopped. */
   readonly inFlight: number;
+  /** `dropped / requests`; null when no request arrived. */
+  readonly droppedFraction: number | null;
   /** Malformed trace lines skipped (`trace.skipInvalid`); 0 without a trace. */
   readonly skippedInvalid: number;
   /** Simulated time at the last delivery, ms. */
@@ -180,6 +182,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     requests,
     inFlight: held.inFlight,
     ...summary,
+    droppedFraction: droppedFraction(summary.dropped, requests),
     skippedInvalid: source instanceof TraceSource ? source.skipped : 0,
     simulatedMs: kernel.nowMs,
     messages: kernel.messagesDelivered,

@@ -7,7 +7,12 @@
 import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { POLICY_NAMES } from "../actors/policies/mod.ts";
 import { simulate } from "../actors/simulation.ts";
+import { fileURLToPath } from "node:url";
+import { parseFlags, runCommand } from "./command_line.ts";
 import { parseScenario } from "./scenario.ts";
+import { UsageError } from "./usage_error.ts";
+import { loadRouterPlugin } from "./router_plugin.ts";
+import { runPluginScenario } from "./run.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 
@@ -92,32 +97,95 @@ function policyBench(model: "fifo" | "batching", requests: number): void {
   }
 }
 
-// Each part runs in its own process (`deno task bench` chains them): a long
-// benchmark process carries heap and JIT state from one part into the next,
-// which here cost the FIFO figures up to 20%.
-if (import.meta.main) {
-  switch (Deno.args[0]) {
-    case "kernel":
-      console.log("kernel (64 actors, 1,000 balls in flight, 4 M messages):");
-      console.log(
-        `  messages delivered   ${
-          (best(3, () => kernelMessagesPerSec(64, 1000, 4000)) / 1e6).toFixed(2)
-        } M/s`,
-      );
-      break;
-    case "fifo":
-      policyBench("fifo", 500_000);
-      break;
-    case "batching":
-      policyBench("batching", 200_000);
-      break;
-    case "--memory":
-      memoryBench(Deno.args[1] === "fifo" ? "fifo" : "batching");
-      break;
-    default:
-      console.error(
-        "usage: bench.ts kernel | fifo | batching | --memory fifo|batching (deno task bench runs them all)",
-      );
-      Deno.exit(2);
+/**
+ * `plugin`: the built-in prefix_aware in this thread against a plain copy of
+ * it run as a sandboxed plugin (scenarios/plugins/prefix_aware_copy.ts), on
+ * the default scenario: the sandbox's cost. Best of 5 after a warm-up each.
+ */
+async function pluginBench(requests: number): Promise<void> {
+  const config = parseScenario({ policy: { name: "prefix_aware" }, workload: { requests } });
+  const builtIn = best(5, () => {
+    const start = performance.now();
+    return simulate(config).requests / ((performance.now() - start) / 1000);
+  });
+  const plugin = await loadRouterPlugin(new URL("./plugins/prefix_aware_copy.ts", import.meta.url).pathname);
+  let simulated = 0, endToEnd = 0;
+  for (let i = 0; i < 6; i++) {
+    const start = performance.now();
+    const report = await runPluginScenario(config, plugin, 5000);
+    const total = performance.now() - start;
+    if (i === 0) continue; // warm-up
+    simulated = Math.max(simulated, report.requests / (report.wallMs / 1000));
+    endToEnd = Math.max(endToEnd, report.requests / (total / 1000));
   }
+  const k = (v: number) => `${(v / 1e3).toFixed(0)}k requests/s`;
+  console.log(`plugin sandbox, default scenario, ${requests.toLocaleString("en-US")} requests per run:`);
+  console.log(`  built-in prefix_aware (this thread)      ${k(builtIn)}`);
+  console.log(
+    `  plugin copy in its sandboxed Worker      ${k(simulated)} (${(100 * simulated / builtIn).toFixed(0)}%)`,
+  );
+  console.log(
+    `  the same, with Worker start and loading  ${k(endToEnd)} (${(100 * endToEnd / builtIn).toFixed(0)}%)`,
+  );
+}
+
+/** The parts of `deno task bench`, in the order it runs them. */
+const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
+  kernel() {
+    console.log("kernel (64 actors, 1,000 balls in flight, 4 M messages):");
+    console.log(
+      `  messages delivered   ${(best(3, () => kernelMessagesPerSec(64, 1000, 4000)) / 1e6).toFixed(2)} M/s`,
+    );
+  },
+  fifo: () => policyBench("fifo", 500_000),
+  batching: () => policyBench("batching", 200_000),
+  "memory-fifo": () => memoryBench("fifo"),
+  "memory-batching": () => memoryBench("batching"),
+  plugin: () => pluginBench(200_000),
+};
+
+const HELP = `Usage: deno task bench [PART…]
+
+Prints the speed figures: kernel messages/s, requests/s per model and policy,
+peak memory, the plugin sandbox's cost. Each part runs in its own deno
+process; with no PART, all of them in turn.
+
+  PART        ${Object.keys(PARTS).join(" | ")}
+  -h, --help  show this help`;
+
+/**
+ * Runs each part in a fresh `deno` process: a long benchmark process carries
+ * heap and JIT state from one part into the next, which here cost the FIFO
+ * figures up to 20% (and peak memory is per process).
+ */
+async function runParts(names: readonly string[]): Promise<void> {
+  for (const name of names) {
+    const { code } = await new Deno.Command("deno", {
+      args: ["run", "--allow-read", fileURLToPath(import.meta.url), "--part", name],
+      cwd: fileURLToPath(new URL("../", import.meta.url)),
+      stdout: "inherit",
+      stderr: "inherit",
+    }).output();
+    if (code !== 0) {
+      console.error(`bench: part ${name} failed (exit ${code})`);
+      Deno.exit(1);
+    }
+  }
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values, positionals } = parseFlags(Deno.args, {
+      part: { type: "string" },
+      help: { type: "boolean", short: "h" },
+    }, true);
+    if (values.help) return console.log(HELP);
+    for (const name of [...positionals, ...(values.part === undefined ? [] : [values.part])]) {
+      if (!Object.hasOwn(PARTS, name)) {
+        throw new UsageError(`unknown bench part "${name}": expected ${Object.keys(PARTS).join(" | ")}`);
+      }
+    }
+    if (values.part !== undefined) return await PARTS[values.part]();
+    await runParts(positionals.length > 0 ? positionals : Object.keys(PARTS));
+  });
 }

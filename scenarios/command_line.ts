@@ -9,7 +9,15 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
-import { checkTraceFile, deepMerge, parseScenario, readJsonFile, scenarioPath } from "./scenario.ts";
+import {
+  checkTraceFile,
+  deepMerge,
+  parseScenario,
+  readJsonFile,
+  resolveTracePath,
+  scenarioPath,
+} from "./scenario.ts";
+import { fileSystemErrorMessage } from "./file_system_error.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** A numeric scenario flag: where it lands in the scenario and whether it must be whole. */
@@ -38,6 +46,7 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
 export const SCENARIO_OPTIONS = {
   policy: { type: "string" },
   router: { type: "string" },
+  "plugin-timeout-ms": { type: "string" },
   model: { type: "string" },
   preset: { type: "string" },
   trace: { type: "string" },
@@ -54,6 +63,7 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
   --policy NAME          round_robin | least_load | prefix_aware | hybrid | random | sglang_cache_aware |
                          llmd_weighted | dynamo_kv | power_of_two | chwbl | preble_e2 | vllm_prefix
   --router FILE.ts       use a router plugin instead of --policy (see README)
+  --plugin-timeout-ms N  wall ms a plugin may take to load or to make one routing decision (default 5000)
   --model M              instance model: fifo (the original study's) | batching
   --preset NAME          batching engine: qwen2.5-7b | llama-3.1-8b | qwen3-14b | llama-3.3-70b-tp4
   --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
@@ -124,7 +134,9 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
 
 /**
  * Builds the validated config from the scenario file (if any) and the flags,
- * which win over the file. Errors from a flag's value name the flag.
+ * which win over the file. Errors from a flag's value name the flag. Relative
+ * paths (`--scenario`, `--trace`, a trace in the file) are relative to the
+ * caller's directory; the returned trace path is absolute.
  */
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
   const base = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
@@ -189,11 +201,29 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     for (const [flagPath, flag] of flagOfPath) if (flagPath.startsWith(`${field}.`)) return flag;
     return scenarioPath(path);
   });
+  if (typeof values.threshold === "string" && config.policy.name !== "hybrid") {
+    throw new UsageError(
+      `--threshold: only hybrid has a threshold, and this run's policy is "${config.policy.name}"`,
+    );
+  }
   await checkTraceFile(
     config,
     flagOfPath.has("workload.trace.path") ? "--trace" : "scenario.workload.trace.path",
   );
-  return config;
+  return resolveTracePath(config);
+}
+
+/**
+ * `--plugin-timeout-ms`: any finite number > 0, default 5000; an error
+ * without `--router`, where it would be ignored.
+ */
+export function pluginTimeoutMs(values: Record<string, unknown>): number {
+  const raw = values["plugin-timeout-ms"];
+  if (raw === undefined) return 5000;
+  if (typeof values.router !== "string") throw new UsageError("--plugin-timeout-ms: needs --router FILE.ts");
+  const value = parseNumber("--plugin-timeout-ms", String(raw), false);
+  if (!(value > 0)) throw new UsageError(`--plugin-timeout-ms: expected a number > 0, got ${raw}`);
+  return value;
 }
 
 function parseNumber(flag: string, raw: string, integer: boolean): number {
@@ -227,7 +257,8 @@ function setAt(target: Record<string, unknown>, path: readonly string[], value: 
 /**
  * Runs a command-line entry point with the exit-code contract: a
  * {@linkcode UsageError} prints one line and exits 2, a
- * {@linkcode SimulationError} prints one line and exits 1.
+ * {@linkcode SimulationError} or a file-system error (path and OS reason)
+ * prints one line and exits 1.
  */
 export async function runCommand(main: () => Promise<void> | void): Promise<void> {
   // An error thrown later by a plugin's own timer or promise is still a run failure, in one line.
@@ -246,7 +277,7 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
   try {
     await main();
   } catch (error) {
-    if (error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied) {
+    if (error instanceof Deno.errors.NotCapable) {
       const path = /"([^"]+)"/.exec((error as Error).message)?.[1];
       console.error(
         `error: not allowed to ${/write/.test((error as Error).message) ? "write" : "access"} ${
@@ -271,6 +302,12 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
     }
     if (error instanceof SimulationError) {
       console.error(`run failed: ${error.message}`);
+      Deno.exit(1);
+    }
+    // A full disk, a read-only directory…: the path and the OS's reason, not a stack trace.
+    const fileSystem = fileSystemErrorMessage(error);
+    if (fileSystem !== undefined) {
+      console.error(`error: ${fileSystem}`);
       Deno.exit(1);
     }
     // Anything else is our bug, not the user's: keep the stack for the report.

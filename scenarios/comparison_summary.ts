@@ -2,28 +2,43 @@
  * @module
  * The policy-by-policy part of a sweep summary: every variant at every point
  * (small sweeps), averages over the points where every variant is
- * operational, and — when the sweep names a `focus` axis — how each policy
- * responds to it. Every sentence is computed from the rows.
+ * operational, how many points each policy lost to drops, and — when the
+ * sweep names a `focus` axis — how each policy responds to it. Every sentence
+ * is computed from the rows.
  */
+import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
 import type { Sweep } from "./sweep_spec.ts";
-import { OPERATIONAL_TTFT_MS } from "./study_findings.ts";
+import {
+  dropsTooMany,
+  isOperational,
+  OPERATIONAL_DROPPED_FRACTION,
+  OPERATIONAL_TTFT_MS,
+} from "./study_findings.ts";
 
 const POINT_TABLE_LIMIT = 30;
 
+/** One policy's means over a set of points; a mean is null when it is undefined at any of them. */
 interface Averages {
   readonly label: string;
-  readonly ttftMeanMs: number;
-  readonly ttftP99Ms: number;
-  readonly hitRate: number;
-  readonly tokenHitRate: number;
-  readonly imbalance: number;
+  readonly ttftMeanMs: number | null;
+  readonly ttftP99Ms: number | null;
+  readonly hitRate: number | null;
+  readonly tokenHitRate: number | null;
+  readonly imbalance: number | null;
+  readonly droppedFraction: number | null;
+  readonly goodputRps: number;
   readonly points: number;
+  /** Points where the policy dropped more than the operational share of requests. */
+  readonly droppingPoints: number;
 }
 
 function average(label: string, rows: readonly SummaryRow[]): Averages {
-  const avg = (f: (r: SummaryRow) => number) =>
-    rows.length === 0 ? NaN : rows.reduce((a, r) => a + f(r), 0) / rows.length;
+  const avg = (f: (r: SummaryRow) => number | null) => {
+    if (rows.length === 0) return NaN;
+    const values = rows.map(f);
+    return values.includes(null) ? null : (values as number[]).reduce((a, v) => a + v, 0) / rows.length;
+  };
   return {
     label,
     ttftMeanMs: avg((r) => r.mean.ttftMeanMs),
@@ -31,15 +46,38 @@ function average(label: string, rows: readonly SummaryRow[]): Averages {
     hitRate: avg((r) => r.mean.hitRate),
     tokenHitRate: avg((r) => r.mean.tokenHitRate),
     imbalance: avg((r) => r.mean.imbalance),
+    droppedFraction: avg((r) => r.mean.droppedFraction),
+    goodputRps: avg((r) => r.mean.goodputRps)!,
     points: rows.length,
+    droppingPoints: rows.filter(dropsTooMany).length,
   };
 }
 
-const header = "  policy                          TTFT ms   p99 ms    hit   tok hit  imbalance";
+/** Whether a policy may be ranked best over its points: it has a mean TTFT and never dropped too many. */
+const canRank = (a: Averages) => a.ttftMeanMs !== null && a.droppingPoints === 0;
+
+/** Best TTFT first; a policy that cannot rank comes after every one that can. */
+function ranked(averages: readonly Averages[]): Averages[] {
+  const key = (a: Averages) => [canRank(a) ? 0 : 1, a.ttftMeanMs ?? Infinity];
+  return [...averages].sort((a, b) => {
+    const [ka, kb] = [key(a), key(b)];
+    return ka[0] - kb[0] || ka[1] - kb[1];
+  });
+}
+
+const header =
+  "  policy                          TTFT ms   p99 ms    hit   tok hit  imbalance   dropped  goodput/s";
 const line = (a: Averages, mark = "") =>
-  `  ${(a.label + mark).padEnd(30)} ${a.ttftMeanMs.toFixed(1).padStart(8)} ${
-    a.ttftP99Ms.toFixed(1).padStart(8)
-  }  ${a.hitRate.toFixed(3)}  ${a.tokenHitRate.toFixed(3)}  ${a.imbalance.toFixed(3).padStart(9)}`;
+  `  ${(a.label + mark).padEnd(30)} ${formatMetric(a.ttftMeanMs, 1).padStart(8)} ${
+    formatMetric(a.ttftP99Ms, 1).padStart(8)
+  }  ${formatMetric(a.hitRate, 3).padEnd(5)}  ${formatMetric(a.tokenHitRate, 3).padEnd(5)}  ${
+    formatMetric(a.imbalance, 3).padStart(9)
+  }  ${formatMetric(a.droppedFraction === null ? null : a.droppedFraction * 100, 1, "%").padStart(8)}  ${
+    a.goodputRps.toFixed(2).padStart(9)
+  }`;
+/** The ranked table's lines: `*` marks the best, if any policy can rank. */
+const rankedLines = (averages: readonly Averages[]) =>
+  ranked(averages).map((a, k) => line(a, k === 0 && canRank(a) ? " *" : ""));
 
 /** The comparison section of `summary.txt`. */
 export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): string {
@@ -50,50 +88,67 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
   const out: string[] = ["", "All policies", ""];
 
   // Averages over points where every variant is operational.
-  const operational = byPoint.filter((rs) =>
-    rs.length === labels.length && rs.every((r) => r.mean.ttftMeanMs < OPERATIONAL_TTFT_MS)
-  );
+  const operational = byPoint.filter((rs) => rs.length === labels.length && rs.every(isOperational));
   out.push(
     `Averages over the ${operational.length} of ${byPoint.length} points where every policy has mean TTFT < ${
       OPERATIONAL_TTFT_MS / 1000
-    } s (best TTFT first):`,
+    } s and drops at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests (best TTFT first):`,
     "",
     header,
   );
-  const overall = labels.map((l) => average(l, operational.flat().filter((r) => r.label === l)))
-    .sort((a, b) => a.ttftMeanMs - b.ttftMeanMs);
+  const overall = ranked(labels.map((l) => average(l, operational.flat().filter((r) => r.label === l))));
   overall.forEach((a, i) => out.push(line(a, i === 0 ? " *" : "")));
   if (operational.length > 0) {
+    // Every policy is operational at these points, so every mean is defined.
     const best = overall[0], worst = overall[overall.length - 1];
     out.push(
       "",
-      `Best mean TTFT: ${best.label} (${best.ttftMeanMs.toFixed(1)} ms); worst: ${worst.label} (${
-        worst.ttftMeanMs.toFixed(1)
+      `Best mean TTFT: ${best.label} (${best.ttftMeanMs!.toFixed(1)} ms); worst: ${worst.label} (${
+        worst.ttftMeanMs!.toFixed(1)
       } ms, ` +
-        `${((worst.ttftMeanMs / best.ttftMeanMs - 1) * 100).toFixed(0)}% slower). Highest token hit rate: ` +
-        `${[...overall].sort((a, b) => b.tokenHitRate - a.tokenHitRate)[0].label}.`,
+        `${
+          ((worst.ttftMeanMs! / best.ttftMeanMs! - 1) * 100).toFixed(0)
+        }% slower). Highest token hit rate: ` +
+        `${[...overall].sort((a, b) => b.tokenHitRate! - a.tokenHitRate!)[0].label}.`,
     );
   }
+  const lost = labels.map((l) => average(l, rows.filter((r) => r.label === l)));
+  out.push(
+    "",
+    `Points lost to drops, of ${byPoint.length} (more than ${
+      OPERATIONAL_DROPPED_FRACTION * 100
+    }% of requests ` +
+      `dropped, mean over seeds: not operational there): ` +
+      lost.map((a) => `${a.label} ${a.droppingPoints}`).join(", ") + ".",
+  );
 
   // The focus axis, policy by policy.
   const focus = sweep.focus;
   if (focus !== undefined) {
     const values = [...new Set(sweep.points.map((p) => p.values[focus]))];
     out.push("", `Effect of ${focus} (${values.join(" → ")}), averaged over the other axes:`, "");
-    const effects: { label: string; change: number; text: string }[] = [];
+    const effects: { label: string; change: number | null; text: string }[] = [];
+    const pct = (c: number | null) => c === null ? "n/a" : `${c >= 0 ? "+" : ""}${(c * 100).toFixed(1)}%`;
     for (const label of labels) {
       const at = values.map((v) =>
         average(label, rows.filter((r) => r.label === label && r.axes[focus] === v))
       );
-      const change = at[at.length - 1].ttftMeanMs / at[0].ttftMeanMs - 1;
-      const text = `  ${label.padEnd(30)} TTFT ${at.map((a) => a.ttftMeanMs.toFixed(1)).join(" → ")} ms (${
-        change >= 0 ? "+" : ""
-      }${(change * 100).toFixed(1)}%); token hit ${at.map((a) => a.tokenHitRate.toFixed(3)).join(" → ")}`;
+      const first = at[0].ttftMeanMs, last = at[at.length - 1].ttftMeanMs;
+      const change = first === null || last === null ? null : last / first - 1;
+      const text = `  ${label.padEnd(30)} TTFT ${
+        at.map((a) => formatMetric(a.ttftMeanMs, 1)).join(" → ")
+      } ms (${pct(change)}); token hit ${
+        at.map((a) => formatMetric(a.tokenHitRate, 3)).join(" → ")
+      }` +
+        (at.some((a) => a.droppingPoints > 0)
+          ? `; drops ${at.map((a) => formatMetric(a.droppedFraction, 3)).join(" → ")}`
+          : "");
       effects.push({ label, change, text });
       out.push(text);
     }
-    const sorted = [...effects].sort((a, b) => Math.abs(b.change) - Math.abs(a.change));
-    const pct = (c: number) => `${c >= 0 ? "+" : ""}${(c * 100).toFixed(1)}%`;
+    // An undefined change (no TTFT at one end) sorts last.
+    const size = (c: number | null) => c === null ? -1 : Math.abs(c);
+    const sorted = [...effects].sort((a, b) => size(b.change) - size(a.change));
     out.push(
       "",
       `Most affected: ${sorted[0].label} (${pct(sorted[0].change)} TTFT from ${values[0]} to ${
@@ -102,22 +157,30 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
         `least: ${sorted.at(-1)!.label} (${pct(sorted.at(-1)!.change)}).`,
     );
     for (const v of values) {
-      const ranked = labels.map((l) => average(l, rows.filter((r) => r.label === l && r.axes[focus] === v)))
-        .sort((a, b) => a.ttftMeanMs - b.ttftMeanMs);
+      const best = ranked(labels.map((l) =>
+        average(l, rows.filter((r) => r.label === l && r.axes[focus] === v))
+      ))[0];
       out.push(
-        `At ${focus.split(".").pop()}=${v}: best ${ranked[0].label} (${ranked[0].ttftMeanMs.toFixed(1)} ms).`,
+        `At ${focus.split(".").pop()}=${v}: ` + (canRank(best)
+          ? `best ${best.label} (${best.ttftMeanMs!.toFixed(1)} ms).`
+          : `no best: every policy dropped more than ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests ` +
+            `at some point, or completed none.`),
       );
     }
   }
 
   // Every point, for small sweeps.
   if (byPoint.length <= POINT_TABLE_LIMIT) {
-    out.push("", "Every point (best TTFT first, * = best):");
+    out.push(
+      "",
+      "Every point (best TTFT first, * = best):",
+      `(a policy that dropped more than ${
+        OPERATIONAL_DROPPED_FRACTION * 100
+      }% of requests at a point cannot be best there and is listed last)`,
+    );
     sweep.points.forEach((p, i) => {
       out.push("", `${describe(p.values)}`, header);
-      const ranked = labels.map((l) => average(l, byPoint[i].filter((r) => r.label === l)))
-        .sort((a, b) => a.ttftMeanMs - b.ttftMeanMs);
-      ranked.forEach((a, k) => out.push(line(a, k === 0 ? " *" : "")));
+      out.push(...rankedLines(labels.map((l) => average(l, byPoint[i].filter((r) => r.label === l)))));
     });
   }
   return out.join("\n") + "\n";

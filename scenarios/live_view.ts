@@ -7,6 +7,7 @@
 import type { MetricsCollector } from "../actors/metrics_collector.ts";
 import type { AnyMessage } from "../actors/protocol.ts";
 import type { Message } from "../actors/runtime/kernel.ts";
+import { formatMetric } from "./run_report.ts";
 
 const WINDOW = 500;
 
@@ -50,7 +51,7 @@ export class LiveView {
     const s = this.#metrics?.summary();
     const sorted = [...this.#ttfts].sort((a, b) => a - b);
     const pct = (q: number) =>
-      sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+      sorted.length === 0 ? null : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
     const depth = this.#waiting.map((w, i) => w + this.#running[i]);
     const scale = Math.max(10, ...depth);
     const lines = [
@@ -61,12 +62,12 @@ export class LiveView {
           "·".repeat(30 - width)
         } ${d} (waiting ${this.#waiting[i]})`;
       }),
-      `  done ${s?.completed ?? 0}/${this.requests} · TTFT p50 ${pct(0.5).toFixed(0)} ms p99 ${
-        pct(0.99).toFixed(0)
-      } ms (last ${sorted.length})` +
-      ` · hit ${(s?.hitRate ?? 0).toFixed(3)} · imbalance ${(s?.imbalance ?? 0).toFixed(3)} · lag p99 ${
-        lagP99Ms.toFixed(1)
-      } ms`,
+      `  done ${s?.completed ?? 0}/${this.requests} · dropped ${s?.dropped ?? 0} · TTFT p50 ${
+        formatMetric(pct(0.5), 0, " ms")
+      } p99 ${formatMetric(pct(0.99), 0, " ms")} (last ${sorted.length})` +
+      ` · hit ${formatMetric(s?.hitRate ?? null, 3)} · imbalance ${
+        formatMetric(s?.imbalance ?? null, 3)
+      } · lag p99 ${lagP99Ms.toFixed(1)} ms`,
     ];
     return lines;
   }

@@ -6,10 +6,13 @@
  */
 import type { RunResult } from "../actors/simulation.ts";
 import { SIMULATOR_VERSION } from "../actors/version.ts";
-import { writeFileAtomic } from "./atomic_write.ts";
+import { join } from "node:path";
+import { fromCaller } from "./caller_directory.ts";
 import { parseFlags, runCommand } from "./command_line.ts";
-import { sweepOutputs } from "./sweep.ts";
-import { type JournalContents, readJournal } from "./sweep_journal.ts";
+import { makeDirectoryInside, outputDirectory } from "./output_directory.ts";
+import { OutputLock } from "./output_lock.ts";
+import { lockPath, sweepOutputs, writeSweepOutputs } from "./sweep.ts";
+import { type JournalContents, readJournal, specHash } from "./sweep_journal.ts";
 import { parseSweep } from "./sweep_spec.ts";
 import { UsageError } from "./usage_error.ts";
 
@@ -17,7 +20,10 @@ const HELP = `Usage: deno task merge [--out DIR] DIR…
 
 Reads every shard-*-of-*.jsonl in the given directories, checks that they are
 the complete, non-overlapping shards of one sweep (same spec, plugin and
-simulator version), and writes the sweep's outputs to --out (default results).`;
+simulator version), and writes the sweep's outputs to --out: by default the
+home of the committed sweep it is (results/ for scenarios/sweeps/default.json,
+results/NAME for NAME.json), results/plugin-NAME for a sweep with a plugin;
+the home of another committed sweep is refused.`;
 
 /** A shard journal found on disk. */
 interface Shard {
@@ -114,24 +120,28 @@ if (import.meta.main) {
     for (const dir of positionals) {
       let entries: Deno.DirEntry[];
       try {
-        entries = [...Deno.readDirSync(dir)];
-      } catch {
-        throw new UsageError(`cannot read directory "${dir}"`);
+        entries = [...Deno.readDirSync(fromCaller(dir))];
+      } catch (error) {
+        const reason = error instanceof Deno.errors.NotFound ? "no such directory" : (error as Error).message;
+        throw new UsageError(`cannot read directory "${dir}": ${reason.replace(/ \(os error \d+\).*/, "")}`);
       }
       for (
         const e of entries.filter((e) => /^shard-\d+-of-\d+\.jsonl$/.test(e.name)).sort((a, b) =>
           a.name.localeCompare(b.name)
         )
       ) {
-        const path = `${dir}/${e.name}`;
+        const path = join(fromCaller(dir), e.name);
         shards.push({ path, contents: await readJournal(path) });
       }
     }
     const { spec, plugin, results } = assemble(shards);
     const sweep = parseSweep(spec, plugin);
-    const out = values.out ?? "results";
-    await Deno.mkdir(`${out}/plots`, { recursive: true });
-    for (const [path, data] of sweepOutputs(sweep, results)) await writeFileAtomic(`${out}/${path}`, data);
+    const out = await outputDirectory({ out: values.out, specHash: specHash(spec), plugin: plugin?.url });
+    await makeDirectoryInside(out, `--out ${out}`);
+    // A merge writes what a whole sweep writes: it takes the same lock.
+    const lock = await OutputLock.acquire(lockPath(out, { index: 1, count: 1 }), `--out ${out}`, "merge");
+    await writeSweepOutputs(out, sweepOutputs(sweep, results));
+    lock.release();
     console.error(`merged ${shards.length} shards (${sweep.runs.length} runs) into ${out}/`);
   });
 }

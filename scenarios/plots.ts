@@ -100,6 +100,11 @@ function plot(options: Plot.PlotOptions): SvgElement {
 const strategyLegend = STRATEGIES.map((s) => ({ label: s, color: COLORS[s] }));
 const strategyColor = { domain: [...STRATEGIES], range: STRATEGIES.map((s) => COLORS[s]) };
 
+/** A metric for a chart: an undefined one (null) is NaN, which Plot leaves out (a gap, not a 0). */
+function plotted(value: number | null): number {
+  return value ?? NaN;
+}
+
 /** Rows of the four strategies at zipf/sharedFrac combinations, flattened for Plot. */
 function strategyRows(rows: readonly SummaryRow[], scenarios: readonly { zipf: number; frac: number }[]) {
   return rows.filter((r) =>
@@ -111,13 +116,13 @@ function strategyRows(rows: readonly SummaryRow[], scenarios: readonly { zipf: n
     rate: Number(r.axes[RATE]),
     sharedFrac: Number(r.axes[FRAC]),
     zipf: Number(r.axes[ZIPF]),
-    ttft: r.mean.ttftMeanMs,
-    ttftLo: Math.max(1, r.mean.ttftMeanMs - r.ci95.ttftMeanMs),
-    ttftHi: r.mean.ttftMeanMs + r.ci95.ttftMeanMs,
-    hit: r.mean.hitRate,
-    hitLo: Math.max(0, r.mean.hitRate - r.ci95.hitRate),
-    hitHi: Math.min(1, r.mean.hitRate + r.ci95.hitRate),
-    imbalance: r.mean.imbalance,
+    ttft: plotted(r.mean.ttftMeanMs),
+    ttftLo: Math.max(1, plotted(r.mean.ttftMeanMs) - plotted(r.ci95.ttftMeanMs)),
+    ttftHi: plotted(r.mean.ttftMeanMs) + plotted(r.ci95.ttftMeanMs),
+    hit: plotted(r.mean.hitRate),
+    hitLo: Math.max(0, plotted(r.mean.hitRate) - plotted(r.ci95.hitRate)),
+    hitHi: Math.min(1, plotted(r.mean.hitRate) + plotted(r.ci95.hitRate)),
+    imbalance: plotted(r.mean.imbalance),
   }));
 }
 
@@ -145,13 +150,13 @@ function variantColors(sweep: Sweep) {
   return { domain: labels, range, legend: labels.map((label, i) => ({ label, color: range[i] })) };
 }
 
-/** Means of a metric per (variant, value of `axis`), over all other axes. */
-function meansBy(rows: readonly SummaryRow[], axis: string, metric: (r: SummaryRow) => number) {
+/** Means of a metric per (variant, value of `axis`), over all other axes; NaN where it is undefined at any point. */
+function meansBy(rows: readonly SummaryRow[], axis: string, metric: (r: SummaryRow) => number | null) {
   const groups = new Map<string, { label: string; x: number | string; sum: number; n: number }>();
   for (const r of rows) {
     const key = `${r.label}\u0000${r.axes[axis]}`;
     const g = groups.get(key) ?? { label: r.label, x: r.axes[axis], sum: 0, n: 0 };
-    g.sum += metric(r);
+    g.sum += plotted(metric(r));
     g.n++;
     groups.set(key, g);
   }
@@ -192,7 +197,7 @@ function loadCharts(rows: readonly SummaryRow[], study: Study, loadAxis: string,
   const strategyColor = { domain: colors.domain, range: colors.range };
   const strategyLegend = colors.legend;
   // One value per (policy, load): means over any other axes (and over seeds already).
-  const metric = (f: (r: SummaryRow) => number) =>
+  const metric = (f: (r: SummaryRow) => number | null) =>
     new Map(meansBy(rows, loadAxis, f).map((d) => [`${d.strategy}|${d.x}`, d.y]));
   const ttft = metric((r) => r.mean.ttftMeanMs), ci = metric((r) => r.ci95.ttftMeanMs);
   const hit = metric((r) => r.mean.tokenHitRate), imb = metric((r) => r.mean.imbalance);
@@ -374,9 +379,9 @@ function originalCharts(rows: readonly SummaryRow[], study: Study): Chart[] {
       strategy: r.label,
       zipf: `zipf ${r.axes[ZIPF]}`,
       sharedFrac: Number(r.axes[FRAC]),
-      hit: r.mean.hitRate,
-      hitLo: Math.max(0, r.mean.hitRate - r.ci95.hitRate),
-      hitHi: Math.min(1, r.mean.hitRate + r.ci95.hitRate),
+      hit: plotted(r.mean.hitRate),
+      hitLo: Math.max(0, plotted(r.mean.hitRate) - plotted(r.ci95.hitRate)),
+      hitHi: Math.min(1, plotted(r.mean.hitRate) + plotted(r.ci95.hitRate)),
     }));
   charts.push({
     file: "cache_hit_vs_prefix_frac.png",

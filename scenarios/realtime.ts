@@ -9,14 +9,19 @@ import { type LiveHandles, type RealtimeResult, simulateRealtime } from "../acto
 import {
   configFromFlags,
   parseFlags,
+  pluginTimeoutMs,
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
 } from "./command_line.ts";
+import type { SimulationConfig } from "../actors/simulation.ts";
+import { type TraceOptions, TraceReader } from "../actors/trace_reader.ts";
 import { LiveView } from "./live_view.ts";
+import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
-import { formatReport } from "./run_report.ts";
+import { formatMetric, formatReport } from "./run_report.ts";
 import { UsageError } from "./usage_error.ts";
+import { PLUGIN_MEMORY_BUDGET_BYTES } from "./worker_pool.ts";
 import { systemWallTime } from "./wall_time.ts";
 
 const HELP = `Usage: deno task realtime [flags]
@@ -44,6 +49,52 @@ function positive(flag: string, raw: string | undefined, fallback: number): numb
     throw new UsageError(`${flag}: expected a number > 0, got "${raw}"`);
   }
   return value;
+}
+
+/** The longest wall time a real-time run may need, ms: 2^31 − 1 (≈ 24.9 days), the longest JavaScript timer. */
+export const MAX_REALTIME_WALL_MS = 2 ** 31 - 1;
+
+/**
+ * The smallest `--speed` at which `config` can end within
+ * {@linkcode MAX_REALTIME_WALL_MS} of wall time: the simulated span of its
+ * arrivals — a trace's, read through once; requests / rate for a synthetic
+ * workload (session starts only, with sessions) — capped by `untilMs`, at
+ * least 1 ms, over that limit. A lower bound: service after the last arrival
+ * only adds to it.
+ */
+export function minimumSpeed(config: SimulationConfig): number {
+  const w = config.workload;
+  const arrivalsMs = w.trace !== undefined
+    ? traceSpanMs(w.trace)
+    : (1000 * w.requests) / w.ratePerSec / (w.sessions?.turnsMean ?? 1);
+  return Math.max(1, Math.min(arrivalsMs, config.untilMs ?? Infinity)) / MAX_REALTIME_WALL_MS;
+}
+
+/** Simulated ms from a trace's first arrival to its last (after `speed` and `maxRequests`). */
+function traceSpanMs(trace: TraceOptions): number {
+  const reader = new TraceReader(trace);
+  try {
+    let last = 0;
+    for (let r = reader.next(); r; r = reader.next()) last = r.arrivalMs;
+    return last;
+  } finally {
+    reader.close();
+  }
+}
+
+/**
+ * `--speed` checked against the scenario: a speed so small that the run
+ * cannot end (see {@linkcode minimumSpeed}) is a usage error.
+ */
+function checkSpeed(speed: number, raw: string | undefined, config: SimulationConfig): void {
+  const minimum = minimumSpeed(config);
+  if (speed >= minimum) return;
+  throw new UsageError(
+    `--speed: expected a number >= ${minimum.toPrecision(3)} for this scenario ` +
+      `(slower, it would need more than ${
+        (MAX_REALTIME_WALL_MS / 86_400_000).toFixed(1)
+      } days of wall time), got "${raw}"`,
+  );
 }
 
 /** The end-of-run lag lines, with a warning when the speed was too high. */
@@ -74,10 +125,14 @@ if (import.meta.main) {
     const tolerance = positive("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
     const handlerTimeoutMs = positive("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
     const config = await configFromFlags(values);
-    const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
+    checkSpeed(speed, values.speed, config);
+    const pluginTimeout = pluginTimeoutMs(values);
+    const plugin = values.router
+      ? await loadRouterPlugin(values.router, { timeoutMs: pluginTimeout, baseDir: callerDirectory() })
+      : undefined;
 
     const name = plugin
-      ? `plugin ${plugin.policy.name}`
+      ? `plugin ${plugin.name}`
       : config.policy.name === "hybrid"
       ? `hybrid(thr=${config.policy.threshold})`
       : config.policy.name;
@@ -98,12 +153,26 @@ if (import.meta.main) {
       () => live && !values.json && view.draw(write, terminal, performance.now() - start, live.lag().p99Ms),
       terminal ? 250 : 2000,
     );
+    // The router's Worker runs the plugin: past the memory budget, end the run in one line
+    // before V8 aborts the whole process with a crash dump.
+    const memoryWatch = plugin && setInterval(() => {
+      const rss = Deno.memoryUsage().rss;
+      if (rss <= PLUGIN_MEMORY_BUDGET_BYTES) return;
+      console.error(
+        `run failed: resource_exhausted: the run with plugin ${plugin.name} used ${
+          (rss / 2 ** 20).toFixed(0)
+        } MB, ` +
+          `over the ${PLUGIN_MEMORY_BUDGET_BYTES / 2 ** 20} MB budget of a plugin run`,
+      );
+      Deno.exit(1);
+    }, 100);
     try {
       const result = await simulateRealtime(config, {
         speed,
         wallTime: systemWallTime,
         pluginUrl: plugin?.url,
-        policyName: plugin?.policy.name,
+        policyName: plugin?.name,
+        pluginTimeoutMs: pluginTimeout,
         onDeliver: view.observe,
         signal: abort.signal,
         handlerTimeoutMs,
@@ -113,20 +182,22 @@ if (import.meta.main) {
         },
       });
       clearInterval(timer);
+      clearInterval(memoryWatch);
       const report = { ...result, wallMs: performance.now() - start, scenario: config };
       if (values.json) console.log(JSON.stringify(report, null, 2));
       else console.log(`${formatReport(report)}\n${formatLag(result, tolerance)}`);
     } catch (error) {
       clearInterval(timer);
+      clearInterval(memoryWatch);
       if (error instanceof DOMException && error.name === "AbortError") {
         const s = live?.metrics.summary();
         console.error(
           `interrupted after ${((performance.now() - start) / 1000).toFixed(1)} s wall: ${
             s?.completed ?? 0
           } requests completed, ` +
-            `TTFT mean ${(s?.ttftMeanMs ?? 0).toFixed(1)} ms, p99 ${
-              (s?.ttftP99Ms ?? 0).toFixed(1)
-            } ms, hit rate ${(s?.hitRate ?? 0).toFixed(3)}; every Worker terminated`,
+            `TTFT mean ${formatMetric(s?.ttftMeanMs ?? null, 1, " ms")}, p99 ${
+              formatMetric(s?.ttftP99Ms ?? null, 1, " ms")
+            }, hit rate ${formatMetric(s?.hitRate ?? null, 3)}; every Worker terminated`,
         );
         Deno.exit(130);
       }

@@ -2,13 +2,15 @@
  * @module
  * `deno task run`: simulate one scenario and print a table (or JSON).
  */
-import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { simulate, type SimulationConfig } from "../actors/simulation.ts";
 import { formatReport, type RunReport } from "./run_report.ts";
-import { loadRouterPlugin } from "./router_plugin.ts";
+import { callerDirectory } from "./caller_directory.ts";
+import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
+import { runOnWorkers } from "./worker_pool.ts";
 import {
   configFromFlags,
   parseFlags,
+  pluginTimeoutMs,
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
@@ -20,11 +22,31 @@ Simulates one scenario under the virtual clock and prints its metrics.
 
 ${SCENARIO_FLAGS_HELP}`;
 
-/** Simulates `config` (with a plugin's policy, if given) and times it. */
-export function runScenario(config: SimulationConfig, policy?: RoutingPolicy): RunReport {
+/** Simulates `config` with its built-in policy, in this thread, and times it. */
+export function runScenario(config: SimulationConfig): RunReport {
   const start = performance.now();
-  const result = simulate(config, { policy });
+  const result = simulate(config);
   return { ...result, wallMs: performance.now() - start, scenario: config };
+}
+
+/**
+ * Simulates `config` with a router plugin, in a sandboxed Worker watched for
+ * hangs (see scenarios/worker_pool.ts); `wallMs` is the simulation's time there.
+ */
+export async function runPluginScenario(
+  config: SimulationConfig,
+  plugin: RouterPlugin,
+  timeoutMs: number,
+): Promise<RunReport> {
+  let wallMs = 0;
+  const [result] = await runOnWorkers([{ config, pluginUrl: plugin.url }], {
+    workers: 1,
+    plugin,
+    pluginTimeoutMs: timeoutMs,
+    readPaths: config.workload.trace ? [config.workload.trace.path] : [],
+    onWallMs: (_, ms) => wallMs = ms,
+  });
+  return { ...result, wallMs, scenario: config };
 }
 
 if (import.meta.main) {
@@ -35,8 +57,11 @@ if (import.meta.main) {
       return;
     }
     const config = await configFromFlags(values);
-    const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
-    const report = runScenario(config, plugin?.policy);
+    const timeoutMs = pluginTimeoutMs(values);
+    const plugin = values.router
+      ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
+      : undefined;
+    const report = plugin ? await runPluginScenario(config, plugin, timeoutMs) : runScenario(config);
     console.log(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
   });
 }

@@ -21,10 +21,17 @@ export function policyLabel(report: RunResult & { readonly scenario: SimulationC
   return policy.name === "hybrid" ? `hybrid(thr=${policy.threshold})` : policy.name;
 }
 
-/** The human-readable table of one run. */
+/** `value` to `digits` decimals, or `n/a` when the metric is undefined for this run (null). */
+export function formatMetric(value: number | null, digits: number, unit = ""): string {
+  return value === null ? "n/a" : `${value.toFixed(digits)}${unit}`;
+}
+
+/** The human-readable table of one run; a metric the run cannot define (null) reads `n/a`. */
 export function formatReport(report: RunReport): string {
   const c = report.scenario, w = c.workload, p = w.prefix, e = c.instances.engine;
-  const ms = (v: number) => v.toFixed(1);
+  const ms = (v: number | null) => formatMetric(v, 1);
+  const f3 = (v: number | null) => formatMetric(v, 3);
+  const percent = (v: number | null) => formatMetric(v === null ? null : v * 100, 1, "%");
   const suffix = w.suffixTokens.dist === "constant"
     ? `${w.suffixTokens.value}`
     : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
@@ -42,34 +49,36 @@ export function formatReport(report: RunReport): string {
     `model: ${model}`,
     `workload: ${workload}`,
     "",
-    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped}  in flight ${report.inFlight}` +
+    `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
+      percent(report.droppedFraction)
+    })  in flight ${report.inFlight}` +
     (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
     `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
       ms(report.ttftP90Ms)
     }  p99 ${ms(report.ttftP99Ms)}`,
-    `  queue wait    mean ${ms(report.queueWaitMeanMs)} ms`,
+    `  queue wait    mean ${formatMetric(report.queueWaitMeanMs, 1, " ms")}`,
   ];
   if (batching) {
     lines.push(
-      `  TPOT          mean ${report.tpotMeanMs.toFixed(2)} ms · end-to-end mean ${ms(report.e2eMeanMs)} ms`,
+      `  TPOT          mean ${formatMetric(report.tpotMeanMs, 2, " ms")} · end-to-end mean ${
+        formatMetric(report.e2eMeanMs, 1, " ms")
+      }`,
       `  tokens/s      ${report.outputTokensPerSec.toFixed(0)} output · ${
         report.tokensPerSec.toFixed(0)
       } total`,
       `  KV cache      mean utilisation ${
-        (report.kvUtilizationMean * 100).toFixed(1)
-      }% · preemptions ${report.preemptions}`,
+        percent(report.kvUtilizationMean)
+      } · preemptions ${report.preemptions}`,
     );
   }
   lines.push(
-    `  hit rate      ${report.hitRate.toFixed(3)} of requests, ${
-      report.tokenHitRate.toFixed(3)
-    } of prompt tokens`,
-    `  imbalance     ${report.imbalance.toFixed(3)} (max-min)/mean · cv ${
-      report.imbalanceCv.toFixed(3)
-    } · busy-time cv ${report.busyImbalanceCv.toFixed(3)}`,
+    `  hit rate      ${f3(report.hitRate)} of requests, ${f3(report.tokenHitRate)} of prompt tokens`,
+    `  imbalance     ${f3(report.imbalance)} (max-min)/mean · cv ${f3(report.imbalanceCv)} · busy-time cv ${
+      f3(report.busyImbalanceCv)
+    }`,
     `  throughput    ${report.throughputRps.toFixed(2)} req/s over ${
       (report.simulatedMs / 1000).toFixed(1)
-    } s simulated`,
+    } s simulated · goodput ${report.goodputRps.toFixed(2)} req/s (no SLO set)`,
     `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
       (report.requests / report.wallMs * 1000).toFixed(0)
     } requests/s)`,

@@ -7,8 +7,10 @@
 import { z } from "zod";
 import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
 import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
+import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
 import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
+import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
 
 const count = (min: number) => z.number().int().min(min);
@@ -155,7 +157,30 @@ export const scenarioSchema = z.strictObject({
       message: `expected a divisor of ${MOONCAKE_BLOCK_TOKENS} (the Mooncake trace's block size)`,
     });
   }
+  const minRate = minRatePerSec(s.workload.requests, s.untilMs);
+  if (!s.workload.trace && s.workload.ratePerSec < minRate) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["workload", "ratePerSec"],
+      message: `expected a number >= ${minRate} (below it the arrivals of workload.requests = ` +
+        `${s.workload.requests} span over 2^42 ms ≈ 139 years of simulated time on average, and past 2^43 ms ` +
+        `the clock no longer resolves the 1 µs TTFT is measured in)`,
+    });
+  }
 });
+
+/**
+ * The lowest arrival rate at which `requests` arrive, on average, within half
+ * of {@linkcode MAX_SIMULATED_MS} (the other half absorbs the randomness of
+ * the arrivals and the service after them), rounded up to 3 significant
+ * digits; 0 when `untilMs` stops the run before the limit.
+ */
+function minRatePerSec(requests: number, untilMs: number | undefined): number {
+  if (untilMs !== undefined && untilMs <= MAX_SIMULATED_MS) return 0;
+  const exact = requests * 1000 / (MAX_SIMULATED_MS / 2);
+  const unit = 10 ** (Math.floor(Math.log10(exact)) - 2);
+  return Number((Math.ceil(exact / unit) * unit).toPrecision(3));
+}
 
 /** A scenario as written in a file: every field optional. */
 export type ScenarioInput = z.input<typeof scenarioSchema>;
@@ -277,6 +302,7 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
 
 function show(value: unknown): string {
   if (value === undefined) return "nothing";
+  if (value instanceof OutOfRangeNumber) return value.raw;
   return typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value) ?? String(value);
 }
 
@@ -292,7 +318,7 @@ export async function checkTraceFile(
   const path = config.workload.trace?.path;
   if (path === undefined) return;
   try {
-    const info = await Deno.stat(path);
+    const info = await Deno.stat(fromCaller(path));
     if (!info.isFile) throw new Error("not a file");
   } catch (error) {
     const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
@@ -301,20 +327,46 @@ export async function checkTraceFile(
 }
 
 /**
- * Reads and parses a JSON input file given by `flag` (a scenario or a sweep).
+ * A JSON number beyond the range of a double (`1e400`), kept as written so a
+ * validation error shows it instead of the `null` that `Infinity` prints as.
+ */
+class OutOfRangeNumber {
+  constructor(readonly raw: string) {}
+}
+
+/** `JSON.parse` reviver: an out-of-range number becomes an {@linkcode OutOfRangeNumber}. */
+function keepOutOfRange(_key: string, value: unknown, context?: { source?: string }): unknown {
+  return typeof value === "number" && !Number.isFinite(value)
+    ? new OutOfRangeNumber(context?.source ?? String(value))
+    : value;
+}
+
+/**
+ * The config with its trace path (if any) resolved against the caller's
+ * directory, where `deno task` may not run.
+ */
+export function resolveTracePath(config: SimulationConfig): SimulationConfig {
+  const trace = config.workload.trace;
+  if (trace === undefined) return config;
+  return { ...config, workload: { ...config.workload, trace: { ...trace, path: fromCaller(trace.path) } } };
+}
+
+/**
+ * Reads and parses a JSON input file given by `flag` (a scenario or a sweep);
+ * a relative path is relative to the caller's directory.
  * @throws {UsageError} naming the flag when it is missing, unreadable or not JSON.
  */
 export async function readJsonFile(path: string, flag = "--scenario"): Promise<unknown> {
   let text: string;
   try {
-    text = await Deno.readTextFile(path);
+    text = await Deno.readTextFile(fromCaller(path));
   } catch (error) {
     const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
     throw new UsageError(`${flag}: cannot read "${path}": ${reason}`);
   }
   let value: unknown;
   try {
-    value = JSON.parse(text);
+    value = JSON.parse(text, keepOutOfRange);
   } catch (error) {
     throw new UsageError(`${flag}: "${path}" is not valid JSON: ${(error as Error).message}`);
   }
@@ -339,5 +391,7 @@ export function deepMerge(base: unknown, override: unknown): unknown {
 }
 
 function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return value !== null && typeof value === "object" && !Array.isArray(value);
+  if (value === null || typeof value !== "object") return false;
+  const prototype = Object.getPrototypeOf(value);
+  return prototype === Object.prototype || prototype === null;
 }

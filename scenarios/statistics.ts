@@ -55,3 +55,23 @@ export function ci95HalfWidth(values: readonly number[]): number {
   const t = n - 1 <= T_975.length ? T_975[n - 2] : 1.96;
   return (t * s) / Math.sqrt(n);
 }
+
+/**
+ * Whether every value is defined: a mean over seeds is taken only then.
+ * Averaging just the seeds that have a value would describe other runs than
+ * the point's counts (a seed that dropped everything would vanish from its
+ * TTFT and flatter the point), so one undefined seed leaves the mean undefined.
+ */
+function allDefined(values: readonly (number | null)[]): values is readonly number[] {
+  return values.every((v) => v !== null);
+}
+
+/** {@linkcode mean} of a metric that can be undefined in a run: null when any value is null. */
+export function meanOrNull(values: readonly (number | null)[]): number | null {
+  return allDefined(values) ? mean(values) : null;
+}
+
+/** {@linkcode ci95HalfWidth} of a metric that can be undefined in a run: null when any value is null. */
+export function ci95HalfWidthOrNull(values: readonly (number | null)[]): number | null {
+  return allDefined(values) ? ci95HalfWidth(values) : null;
+}

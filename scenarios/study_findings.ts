@@ -5,6 +5,7 @@
  * a verdict on each of the four findings. Nothing here is hard-coded text
  * about outcomes: every number and every verdict comes from the rows.
  */
+import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
 import type { Sweep } from "./sweep_spec.ts";
 
@@ -20,15 +21,36 @@ export const LOAD_AXES = [RATE, TRACE_SPEED] as const;
 export const STRATEGIES = ["round_robin", "least_load", "prefix_aware", "hybrid(thr=1)"] as const;
 /** Mean TTFT below which a point is in the operational regime. */
 export const OPERATIONAL_TTFT_MS = 2000;
+/** Share of requests a policy may drop at a point and still be operational there. */
+export const OPERATIONAL_DROPPED_FRACTION = 0.01;
+
+/** Whether a policy dropped more than {@linkcode OPERATIONAL_DROPPED_FRACTION} of the requests at a point. */
+export function dropsTooMany(row: SummaryRow): boolean {
+  return row.mean.droppedFraction !== null && row.mean.droppedFraction > OPERATIONAL_DROPPED_FRACTION;
+}
+
+/**
+ * Whether a policy is operational at a point: its mean TTFT is defined and
+ * below {@linkcode OPERATIONAL_TTFT_MS}, and it dropped at most
+ * {@linkcode OPERATIONAL_DROPPED_FRACTION} of the requests (a policy that
+ * refuses work is not fast, however quick the requests it kept).
+ */
+export function isOperational(row: SummaryRow): boolean {
+  return row.mean.ttftMeanMs !== null && row.mean.ttftMeanMs < OPERATIONAL_TTFT_MS && !dropsTooMany(row);
+}
 /** The original study's key scenario. */
 export const KEY = { zipf: 2.0, sharedFrac: 0.9 } as const;
 
-/** Mean TTFT, hit rate and imbalance of one strategy over a set of points. */
+/**
+ * Mean TTFT, hit rate and imbalance of one strategy over a set of points;
+ * null when undefined at any of them (a plugin that completed nothing at a
+ * point where the four are operational).
+ */
 export interface TableRow {
   readonly strategy: string;
-  readonly ttftMeanMs: number;
-  readonly hitRate: number;
-  readonly imbalance: number;
+  readonly ttftMeanMs: number | null;
+  readonly hitRate: number | null;
+  readonly imbalance: number | null;
   readonly points: number;
 }
 
@@ -90,7 +112,13 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
   }
 
   const operationalOf = (labels: readonly string[]) => (p: { rows: ByLabel }) =>
-    hasAll(labels)(p) && labels.every((l) => p.rows.get(l)!.mean.ttftMeanMs < OPERATIONAL_TTFT_MS);
+    hasAll(labels)(p) && labels.every((l) => isOperational(p.rows.get(l)!));
+  // Points where every one of `labels` completed requests, so has a TTFT, hit rate and imbalance.
+  const measuredOf = (labels: readonly string[]) => (p: { rows: ByLabel }) =>
+    hasAll(labels)(p) && labels.every((l) => {
+      const m = p.rows.get(l)!.mean;
+      return m.ttftMeanMs !== null && m.hitRate !== null && m.imbalance !== null;
+    });
   const operational = points.filter(operationalOf(STRATEGIES));
   const isKey = (p: { values: Record<string, number | string> }) =>
     hasZipf && p.values[ZIPF] === KEY.zipf && p.values[FRAC] === KEY.sharedFrac;
@@ -102,9 +130,9 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
       const rs = subset.map((p) => p.rows.get(strategy)!);
       return {
         strategy,
-        ttftMeanMs: avg(rs.map((r) => r.mean.ttftMeanMs)),
-        hitRate: avg(rs.map((r) => r.mean.hitRate)),
-        imbalance: avg(rs.map((r) => r.mean.imbalance)),
+        ttftMeanMs: avgOrNull(rs.map((r) => r.mean.ttftMeanMs)),
+        hitRate: avgOrNull(rs.map((r) => r.mean.hitRate)),
+        imbalance: avgOrNull(rs.map((r) => r.mean.imbalance)),
         points: rs.length,
       };
     });
@@ -115,7 +143,8 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
   const choose = (subset: string, ps: typeof points): ThresholdChoice => {
     const ttftByThreshold = thresholds.map((threshold, i) => ({
       threshold,
-      ttftMeanMs: avg(ps.map((p) => p.rows.get(hybridLabels[i])!.mean.ttftMeanMs)),
+      // Every threshold is operational at these points, so each has a mean TTFT.
+      ttftMeanMs: avg(ps.map((p) => p.rows.get(hybridLabels[i])!.mean.ttftMeanMs!)),
     }));
     let best: number | undefined;
     let bestTtft = Infinity;
@@ -155,7 +184,7 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
     ),
     findingTwo(opTable, keyTable),
     findingThree(bestByZipf, bestByRegime),
-    findingFour(opTable, table(points.filter(hasAll(STRATEGIES)))),
+    findingFour(opTable, table(points.filter(measuredOf(STRATEGIES)))),
   ];
   return {
     operational: opTable,
@@ -169,9 +198,23 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
   };
 }
 
-const get = (t: readonly TableRow[], s: string) => t.find((r) => r.strategy === s)!;
+/** A table row with every mean defined. */
+type MeasuredRow = { readonly [K in keyof TableRow]: NonNullable<TableRow[K]> };
+
+/**
+ * One of the four strategies' rows. Their tables average only points where
+ * all four are operational (or, for the saturated table, completed requests),
+ * so their means are defined; a null here is a bug in choosing the points.
+ */
+const get = (t: readonly TableRow[], s: string): MeasuredRow => {
+  const row = t.find((r) => r.strategy === s)!;
+  if (row.ttftMeanMs === null || row.hitRate === null || row.imbalance === null) {
+    throw new Error(`${s}: undefined mean over points chosen where it is defined`);
+  }
+  return row as MeasuredRow;
+};
 const ms = (v: number) => `${v.toFixed(1)} ms`;
-const f3 = (v: number) => v.toFixed(3);
+const f3 = (v: number | null) => formatMetric(v, 3);
 
 function findingOne(subsets: readonly (readonly [where: string, table: readonly TableRow[]])[]): Finding {
   const claim =
@@ -217,8 +260,9 @@ function findingTwo(op: readonly TableRow[], key: readonly TableRow[]): Finding 
     if (t.length === 0 || t[0].points === 0) continue;
     const h = get(t, "hybrid(thr=1)"), pa = get(t, "prefix_aware"), rr = get(t, "round_robin");
     // Only the study's four compete here; a plugin's row is shown, not judged.
-    const best = t.filter((r) => (STRATEGIES as readonly string[]).includes(r.strategy))
-      .sort((a, b) => a.ttftMeanMs - b.ttftMeanMs)[0];
+    const best = STRATEGIES.map((strategy) =>
+      get(t, strategy)
+    ).sort((a, b) => a.ttftMeanMs - b.ttftMeanMs)[0];
     const hitOk = h.hitRate >= pa.hitRate - 0.02;
     const balanceOk = h.imbalance <= rr.imbalance + 0.05;
     const ttftOk = best.strategy === "hybrid(thr=1)";
@@ -326,6 +370,11 @@ function avg(values: readonly number[]): number {
   return values.length === 0 ? NaN : values.reduce((a, b) => a + b, 0) / values.length;
 }
 
+/** {@linkcode avg}, or null when any value is null (undefined at one point, undefined over the set). */
+function avgOrNull(values: readonly (number | null)[]): number | null {
+  return values.every((v) => v !== null) ? avg(values as readonly number[]) : null;
+}
+
 function unique<T>(values: readonly T[]): T[] {
   return [...new Set(values)];
 }
@@ -369,7 +418,7 @@ export function formatSummary(sweep: Sweep, study: Study, runs: number, requests
   lines.push(
     `Operational regime: the ${study.operationalPoints} points where all four strategies have mean TTFT < ${
       OPERATIONAL_TTFT_MS / 1000
-    } s.`,
+    } s and drop at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests.`,
   );
   for (const note of study.notes) lines.push(`Note: ${note}.`);
   const tableText = (
@@ -386,9 +435,9 @@ export function formatSummary(sweep: Sweep, study: Study, runs: number, requests
     for (const r of rows) {
       const o = original[r.strategy];
       lines.push(
-        `  ${r.strategy.padEnd(15)} ${r.ttftMeanMs.toFixed(1).padStart(8)}  ${f3(r.hitRate)}  ${
-          f3(r.imbalance).padStart(9)
-        }  |` +
+        `  ${r.strategy.padEnd(15)} ${formatMetric(r.ttftMeanMs, 1).padStart(8)}  ${
+          f3(r.hitRate).padEnd(5)
+        }  ${f3(r.imbalance).padStart(9)}  |` +
           (o
             ? ` ${o[0].toFixed(1).padStart(17)}  ${f3(o[1])}  ${f3(o[2]).padStart(9)}`
             : "  (plugin: not in the original study)"),

@@ -6,16 +6,23 @@
  */
 import process from "node:process";
 import cliProgress from "cli-progress";
+import { join } from "node:path";
 import type { RunResult } from "../actors/simulation.ts";
-import { writeFileAtomic } from "./atomic_write.ts";
-import { parseFlags, runCommand } from "./command_line.ts";
+import { writeFilesAtomic } from "./atomic_write.ts";
+import { parseFlags, pluginTimeoutMs, runCommand } from "./command_line.ts";
+import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { TraceFormatError } from "../actors/trace_reader.ts";
 import { readJsonFile } from "./scenario.ts";
 import { studyCharts, toPng } from "./plots.ts";
 import { reportHtml } from "./report.ts";
 import { analyse, formatHeader, formatSummary, STRATEGIES } from "./study_findings.ts";
 import { formatComparison } from "./comparison_summary.ts";
-import { parseSweep, type Sweep } from "./sweep_spec.ts";
+import { checkSweepInputs, parseSweep, type Sweep } from "./sweep_spec.ts";
+import { assertInsideResults, makeDirectoryInside, outputDirectory, SWEEPS_DIR } from "./output_directory.ts";
+import { OutputLock } from "./output_lock.ts";
+import { watchParent } from "./parent_watch.ts";
 import { journalHeader, JournalWriter, readJournal, shardPoints } from "./sweep_journal.ts";
+import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
 import { summarise, toCsv } from "./sweep_summary.ts";
 import { UsageError } from "./usage_error.ts";
@@ -24,6 +31,12 @@ import { runOnWorkers } from "./worker_pool.ts";
 const DEFAULT_SPEC = "scenarios/sweeps/default.json";
 const QUICK_SPEC = "scenarios/sweeps/quick.json";
 
+/**
+ * Most Workers a sweep starts: 4 per core. Runs are CPU-bound, so more than
+ * one per core buys no speed, and each Worker costs ≈ 20 MB (design.md, Errors).
+ */
+export const MAX_WORKERS = 4 * navigator.hardwareConcurrency;
+
 const HELP = `Usage: deno task sweep [flags]
 
 Runs a sweep on a pool of Workers and writes, under --out:
@@ -31,12 +44,15 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
 
   --spec FILE      sweep file (default ${DEFAULT_SPEC}; format in README)
   --quick          the small preset ${QUICK_SPEC} (a corner of the default grid)
-  --workers N      Worker threads, integer >= 1 (default: number of cores)
+  --workers N      Worker threads, integer from 1 to 4 × cores (default: number of cores)
   --router FILE.ts add a router plugin as one more policy of the sweep
+  --plugin-timeout-ms N  wall ms the plugin may take to load or to make one routing decision (default 5000)
   --shard i/n      run only shard i of n (every n-th point) and record it for 'deno task merge'
   --resume         finish an interrupted sweep (or shard): run only the points its journal lacks
   --fresh          discard the journal of an unfinished sweep and start over
-  --out DIR        output directory (default results; results/quick with --quick)
+  --out DIR        output directory inside results/ (default: the sweep file's home — results/ for
+                   default.json, results/NAME for NAME.json; results/plugin-NAME with --router NAME.ts).
+                   The home of another committed sweep is refused
   -h, --help       show this help`;
 
 const OPTIONS = {
@@ -48,6 +64,7 @@ const OPTIONS = {
   workers: { type: "string" },
   out: { type: "string" },
   router: { type: "string" },
+  "plugin-timeout-ms": { type: "string" },
   help: { type: "boolean", short: "h" },
 } as const;
 
@@ -136,6 +153,26 @@ function parseShard(raw: string | undefined): { index: number; count: number } {
   return { index, count };
 }
 
+/**
+ * Writes a sweep's files under `out` (see {@linkcode sweepOutputs}): its
+ * directories stay inside `results/`, and every file is replaced only once
+ * all are written, so a failure leaves the previous results as they were.
+ */
+export async function writeSweepOutputs(
+  out: string,
+  files: ReadonlyMap<string, string | Uint8Array>,
+): Promise<void> {
+  await makeDirectoryInside(join(out, "plots"), join(out, "plots"));
+  await writeFilesAtomic(new Map([...files].map(([path, data]) => [join(out, path), data])));
+}
+
+/** The lock file of a sweep (or of one shard) in `out`: one writer per journal, so shards may share `out`. */
+export function lockPath(out: string, shard: { index: number; count: number }): string {
+  return shard.count === 1
+    ? join(out, ".sweep.lock")
+    : join(out, `.shard-${shard.index}-of-${shard.count}.lock`);
+}
+
 /** The journal file of a sweep (or of one shard) in `out`. */
 export function journalPath(out: string, shard: { index: number; count: number }): string {
   return shard.count === 1
@@ -151,25 +188,47 @@ if (import.meta.main) {
     let workers = navigator.hardwareConcurrency;
     if (values.workers !== undefined) {
       workers = Number(values.workers);
-      if (!Number.isInteger(workers) || workers < 1) {
-        throw new UsageError(`--workers: expected an integer >= 1, got "${values.workers}"`);
+      if (!Number.isInteger(workers) || workers < 1 || workers > MAX_WORKERS) {
+        throw new UsageError(
+          `--workers: expected an integer >= 1 and <= ${MAX_WORKERS} (4 × ${navigator.hardwareConcurrency} cores), ` +
+            `got "${values.workers}"`,
+        );
       }
     }
     if (values.resume && values.fresh) throw new UsageError("--resume and --fresh: give one or the other");
     const shard = parseShard(values.shard);
-    // The quick preset must not overwrite the committed full results.
-    const out = values.out ?? (values.quick ? "results/quick" : "results");
-    const plugin = values.router ? await loadRouterPlugin(values.router) : undefined;
-    const pluginInfo = plugin && { name: plugin.policy.name, url: plugin.url };
-    const specPath = values.quick ? QUICK_SPEC : values.spec ?? DEFAULT_SPEC;
+    const timeoutMs = pluginTimeoutMs(values);
+    const plugin = values.router
+      ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
+      : undefined;
+    const pluginInfo = plugin && { name: plugin.name, url: plugin.url };
+    const specPath = values.quick
+      ? join(SWEEPS_DIR, "quick.json")
+      : values.spec ?? join(SWEEPS_DIR, "default.json");
     const spec = await readJsonFile(specPath, "--spec");
     const sweep = parseSweep(spec, pluginInfo);
     const mine = shardPoints(sweep.points.length, shard.index, shard.count);
     const header = journalHeader(spec, shard, mine, pluginInfo);
+    await checkSweepInputs(sweep);
+    // Never over a committed study but its own (the quick preset, a plugin sweep: their own homes).
+    const out = await outputDirectory({
+      out: values.out,
+      specHash: header.specHash,
+      plugin: values.router,
+      specFile: specPath,
+    });
 
+    await makeDirectoryInside(out, `--out ${out}`);
+    await assertInsideResults(join(out, "plots"), join(out, "plots"));
+    // One writer per journal: a second sweep, --resume or --fresh here stops, naming this one.
+    const lock = await OutputLock.acquire(
+      lockPath(out, shard),
+      `--out ${out}`,
+      `sweep ${Deno.args.join(" ")}`,
+    );
     // Points already recorded (with --resume), and the journal to append to.
-    await Deno.mkdir(out, { recursive: true });
     const journalFile = journalPath(out, shard);
+    await assertInsideResults(journalFile, journalFile);
     const done = new Map<number, readonly RunResult[]>();
     let journal: JournalWriter;
     const existing = await Deno.stat(journalFile).then(() => true, () => false);
@@ -180,6 +239,7 @@ if (import.meta.main) {
         console.error(
           `shard ${shard.index}/${shard.count} is already complete in ${journalFile}; nothing to do`,
         );
+        lock.release();
         return;
       }
     }
@@ -234,17 +294,27 @@ if (import.meta.main) {
     const abort = new AbortController();
     let writing = false;
     let interruptedWhileWriting = false;
+    let why = "interrupted";
     const onInterrupt = () => {
       if (writing) interruptedWhileWriting = true;
       else abort.abort();
     };
     Deno.addSignalListener("SIGINT", onInterrupt);
+    // `kill -9` of the `deno task` wrapper orphans this process: stop as on Ctrl-C.
+    const stopWatchingParent = watchParent(() => {
+      why = "interrupted (the process that started this sweep is gone)";
+      onInterrupt();
+    });
+    journal.onFailure = () => abort.abort(); // a full disk stops the sweep; the error is reported below
     const start = performance.now();
     const progress = progressReporter(sweep, todo);
     try {
       await runOnWorkers(todo.map((i) => sweep.runs[i]), {
         workers,
         signal: abort.signal,
+        plugin,
+        pluginTimeoutMs: timeoutMs,
+        readPaths: [...new Set(todo.flatMap((i) => sweep.runs[i].config.workload.trace?.path ?? []))],
         onProgress: (count, result, k) => {
           const run = todo[k];
           finished[run] = result;
@@ -264,23 +334,35 @@ if (import.meta.main) {
       progress.stop();
       await writes.catch(() => {});
       journal.close();
+      if (journal.failure !== undefined) throw journal.failure;
       if (error instanceof DOMException && error.name === "AbortError") {
         console.error(
-          `interrupted: ${done.size} of ${mine.length} points are recorded in ${journalFile}; ` +
+          `${why}: ${done.size} of ${mine.length} points are recorded in ${journalFile}; ` +
             `run the same command with --resume to finish. Previous results in ${out}/ are untouched`,
         );
         Deno.exit(130);
+      }
+      if (error instanceof SimulationError && !(error.cause instanceof TraceFormatError)) {
+        // A failed run (a plugin's fault, say) ends the sweep as Ctrl-C does: the journal is kept.
+        console.error(
+          `run failed: ${error.message}; ${done.size} of ${mine.length} points are recorded in ${journalFile} ` +
+            `(after fixing the cause, run the same command with --resume). Previous results in ${out}/ are untouched`,
+        );
+        Deno.exit(1);
       }
       throw error;
     }
     journal.close();
     progress.stop();
+    if (journal.failure !== undefined) throw journal.failure;
     const simulatedSeconds = (performance.now() - start) / 1000;
     const simulated = todo.reduce((a, i) => a + finished[i]!.requests, 0);
     const rate = `${(simulated / simulatedSeconds / 1000).toFixed(0)}k requests/s`;
 
     if (shard.count > 1) {
       Deno.removeSignalListener("SIGINT", onInterrupt);
+      stopWatchingParent();
+      lock.release();
       console.error(
         `shard ${shard.index}/${shard.count} done: ${mine.length} points, ${todo.length} runs simulated in ${
           simulatedSeconds.toFixed(1)
@@ -295,11 +377,11 @@ if (import.meta.main) {
     const firstRun = new Map<number, number>();
     sweep.runs.forEach((run, i) => firstRun.has(run.point) || firstRun.set(run.point, i));
     const results = sweep.runs.map((run, i) => done.get(run.point)![i - firstRun.get(run.point)!]);
-    const files = sweepOutputs(sweep, results);
-    await Deno.mkdir(`${out}/plots`, { recursive: true });
-    for (const [path, data] of files) await writeFileAtomic(`${out}/${path}`, data);
+    await writeSweepOutputs(out, sweepOutputs(sweep, results));
     await Deno.remove(journalFile); // the outputs now hold everything it recorded
     Deno.removeSignalListener("SIGINT", onInterrupt);
+    stopWatchingParent();
+    lock.release();
     if (interruptedWhileWriting) {
       console.error(
         `interrupted while writing: the write was finished first, so ${out}/ holds complete new results`,
@@ -308,10 +390,11 @@ if (import.meta.main) {
     }
     const requests = results.reduce((a, r) => a + r.requests, 0);
     const wall = (performance.now() - start) / 1000;
+    const used = Math.min(workers, todo.length); // the pool starts no more Workers than runs
     console.error(
-      `sweep done: ${sweep.runs.length} runs, ${
-        requests.toLocaleString("en-US")
-      } requests on ${workers} worker${workers === 1 ? "" : "s"} in ` +
+      `sweep done: ${sweep.runs.length} runs, ${requests.toLocaleString("en-US")} requests on ${used} worker${
+        used === 1 ? "" : "s"
+      } in ` +
         `${wall.toFixed(1)} s wall (${
           simulatedSeconds.toFixed(1)
         } s simulating ${todo.length} runs, ${rate}); wrote ${out}/`,

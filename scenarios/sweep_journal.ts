@@ -9,6 +9,7 @@
 import type { RunResult } from "../actors/simulation.ts";
 import { fnv1a } from "../actors/policies/chwbl.ts";
 import { SIMULATOR_VERSION } from "../actors/version.ts";
+import { withPath } from "./file_system_error.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** What a journal belongs to. */
@@ -46,19 +47,30 @@ export function shardPoints(totalPoints: number, index: number, count: number): 
   return points;
 }
 
-/** Appends finished points to a journal file, flushing each record. */
+/**
+ * Appends finished points to a journal file, flushing each record. A failed
+ * write (a full disk) does not reject {@linkcode JournalWriter.add}, which a
+ * sweep chains from its progress callback: it is kept in `failure` and
+ * reported to `onFailure` once, and later records are skipped.
+ */
 export class JournalWriter {
   readonly #file: Deno.FsFile;
+  readonly #path: string;
   readonly #encoder = new TextEncoder();
+  /** The first write error, if any (its message names the journal). */
+  failure: Error | undefined;
+  /** Called once, with the first write error. */
+  onFailure: ((error: Error) => void) | undefined;
 
-  private constructor(file: Deno.FsFile) {
+  private constructor(file: Deno.FsFile, path: string) {
     this.#file = file;
+    this.#path = path;
   }
 
   /** Starts a fresh journal (truncating any old one) with `header`. */
   static async create(path: string, header: JournalHeader): Promise<JournalWriter> {
     const file = await Deno.open(path, { write: true, create: true, truncate: true });
-    const writer = new JournalWriter(file);
+    const writer = new JournalWriter(file, path);
     await writer.#append(JSON.stringify(header));
     return writer;
   }
@@ -68,20 +80,30 @@ export class JournalWriter {
     const file = await Deno.open(path, { write: true });
     await file.truncate(validBytes);
     await file.seek(validBytes, Deno.SeekMode.Start);
-    return new JournalWriter(file);
+    return new JournalWriter(file, path);
   }
 
-  /** Records one finished point and flushes it to disk. */
+  /** Records one finished point and flushes it to disk (a failure goes to `failure`, see the class). */
   async add(point: JournalPoint): Promise<void> {
+    if (this.failure !== undefined) return;
     const runs = JSON.stringify(point.runs);
-    await this.#append(`{"point":${point.point},"crc":"${checksum(point.point, runs)}","runs":${runs}}`);
+    try {
+      await this.#append(`{"point":${point.point},"crc":"${checksum(point.point, runs)}","runs":${runs}}`);
+    } catch (error) {
+      this.failure = error as Error;
+      this.onFailure?.(this.failure);
+    }
   }
 
   async #append(line: string): Promise<void> {
     const bytes = this.#encoder.encode(line + "\n");
-    let written = 0;
-    while (written < bytes.length) written += await this.#file.write(bytes.subarray(written));
-    await this.#file.syncData();
+    try {
+      let written = 0;
+      while (written < bytes.length) written += await this.#file.write(bytes.subarray(written));
+      await this.#file.syncData();
+    } catch (error) {
+      throw withPath(error, "write", this.#path); // a full disk names the journal
+    }
   }
 
   close(): void {

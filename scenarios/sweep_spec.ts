@@ -7,7 +7,14 @@
 import { z } from "zod";
 import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import { deepMerge, describeIssue, parseScenario, scenarioPath } from "./scenario.ts";
+import {
+  checkTraceFile,
+  deepMerge,
+  describeIssue,
+  parseScenario,
+  resolveTracePath,
+  scenarioPath,
+} from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 
 const sweepSchema = z.strictObject({
@@ -84,7 +91,8 @@ export interface Sweep {
 const RESERVED_AXES = ["seed", "policy", "policy.name", "policy.threshold"];
 
 /**
- * Validates a sweep spec and expands it.
+ * Validates a sweep spec and expands it. Every run's scenario is parsed, and
+ * its trace path (if any) resolved against the caller's directory.
  * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`).
  */
 export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
@@ -187,7 +195,7 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
           : variant.name === "hybrid"
           ? { name: variant.name, threshold: variant.threshold }
           : { name: variant.name, ...variant.params };
-        const config = parseScenario(deepMerge(scenario, { seed, policy }));
+        const config = resolveTracePath(parseScenario(deepMerge(scenario, { seed, policy })));
         runs.push({ point: point.index, variant: v, seed, config, pluginUrl: variant.pluginUrl });
       }
     });
@@ -202,6 +210,27 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
     seeds: spec.seeds,
     runs,
   };
+}
+
+/**
+ * Checks what a sweep's runs read before the first one starts: every trace
+ * file exists and is a file (every point's scenario already parsed in
+ * {@linkcode parseSweep}).
+ * @throws {UsageError} naming the spec field and the path.
+ */
+export async function checkSweepInputs(sweep: Sweep): Promise<void> {
+  const checked = new Set<string>();
+  for (const run of sweep.runs) {
+    const path = run.config.workload.trace?.path;
+    if (path === undefined || checked.has(path)) continue;
+    checked.add(path);
+    const field = "workload.trace.path";
+    const axis = sweep.axes.find((a) => a === field || field.startsWith(`${a}.`));
+    await checkTraceFile(
+      run.config,
+      axis === undefined ? "sweep.base.workload.trace.path" : `sweep.axes["${axis}"]`,
+    );
+  }
 }
 
 function nested(path: string, value: unknown): Record<string, unknown> {

@@ -2,11 +2,11 @@
  * @module
  * Folds a sweep's runs into one row per (point, policy variant): the mean of
  * every metric over the seeds and 95% confidence half-widths, and writes them
- * as `sweep_summary.csv`.
+ * as `sweep_summary.csv` (an undefined metric — null — is an empty cell).
  */
 import { stringify } from "@std/csv";
 import type { RunResult } from "../actors/simulation.ts";
-import { ci95HalfWidth, mean } from "./statistics.ts";
+import { ci95HalfWidthOrNull, meanOrNull } from "./statistics.ts";
 import type { Sweep } from "./sweep_spec.ts";
 
 /** Metrics averaged over seeds, in CSV column order. */
@@ -23,6 +23,7 @@ export const METRICS = [
   "imbalanceCv",
   "busyImbalanceCv",
   "throughputRps",
+  "goodputRps",
   "tpotMeanMs",
   "outputTokensPerSec",
   "kvUtilizationMean",
@@ -30,6 +31,7 @@ export const METRICS = [
   "requests",
   "completed",
   "dropped",
+  "droppedFraction",
   "inFlight",
   "simulatedMs",
   "messages",
@@ -41,7 +43,11 @@ export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
 /** One metric's name. */
 export type Metric = typeof METRICS[number];
 
-/** One row of the summary: a point, a policy variant, and its seed means. */
+/**
+ * One row of the summary: a point, a policy variant, and its seed means. A
+ * metric that can be undefined in a run (RunResult's `number | null` fields)
+ * has a null mean when it is null in any seed.
+ */
 export interface SummaryRow {
   readonly point: number;
   /** Axis path → value. */
@@ -52,8 +58,8 @@ export interface SummaryRow {
   /** `hybrid(thr=1)`, `round_robin`, … */
   readonly label: string;
   readonly seeds: number;
-  readonly mean: Readonly<Record<Metric, number>>;
-  readonly ci95: Readonly<Record<typeof CI_METRICS[number], number>>;
+  readonly mean: { readonly [M in Metric]: RunResult[M] };
+  readonly ci95: { readonly [M in typeof CI_METRICS[number]]: RunResult[M] };
 }
 
 /** Groups `results` (aligned with `sweep.runs`) into summary rows. */
@@ -69,7 +75,7 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
   for (const point of sweep.points) {
     sweep.variants.forEach((variant, v) => {
       const group = groups.get(`${point.index}/${v}`) ?? [];
-      const of = (m: keyof RunResult) => group.map((r) => r[m] as number);
+      const of = (m: Metric) => group.map((r) => r[m]);
       rows.push({
         point: point.index,
         axes: point.values,
@@ -77,16 +83,19 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
         threshold: variant.threshold,
         label: variant.label,
         seeds: group.length,
-        mean: Object.fromEntries(METRICS.map((m) => [m, mean(of(m))])) as Record<Metric, number>,
-        ci95: Object.fromEntries(CI_METRICS.map((m) => [m, ci95HalfWidth(of(m))])) as SummaryRow["ci95"],
+        mean: Object.fromEntries(METRICS.map((m) => [m, meanOrNull(of(m))])) as SummaryRow["mean"],
+        ci95: Object.fromEntries(
+          CI_METRICS.map((m) => [m, ci95HalfWidthOrNull(of(m))]),
+        ) as SummaryRow["ci95"],
       });
     });
   }
   return rows;
 }
 
-/** A number as written to the CSV: integers exactly, others to 7 significant digits. */
-export function formatNumber(value: number): string {
+/** A number as written to the CSV: integers exactly, others to 7 significant digits; null (undefined) as an empty cell. */
+export function formatNumber(value: number | null): string {
+  if (value === null) return "";
   return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(7)));
 }
 

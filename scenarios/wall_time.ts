@@ -5,6 +5,9 @@
  */
 import type { WallTime } from "../actors/runtime/wall_clock.ts";
 
+/** The longest `setTimeout` delay, ms; a longer one overflows to 1 ms with a warning. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /** `performance.now()` and a cancellable `setTimeout` sleep. */
 export const systemWallTime: WallTime = {
   now: () => performance.now(),
@@ -14,7 +17,7 @@ export const systemWallTime: WallTime = {
       const id = setTimeout(() => {
         signal?.removeEventListener("abort", onAbort);
         resolve();
-      }, Math.max(0, ms));
+      }, Math.min(MAX_TIMER_MS, Math.max(0, ms))); // waking early is harmless: the caller sleeps again
       const onAbort = () => {
         clearTimeout(id);
         resolve();

@@ -37,12 +37,28 @@ export function inProcess(seed: number): RuntimeHarness {
   };
 }
 
+/** How the Worker runtime hosts the contract actors. */
+export interface WorkerHarnessOptions {
+  /** Workers in the pool. @default 1: every actor shares one Worker */
+  readonly poolSize?: number;
+  /** Give each actor a Worker of its own instead. @default false */
+  readonly ownWorker?: boolean;
+  /** @default 5000 */
+  readonly handlerTimeoutMs?: number;
+}
+
 /** Actors in Workers, the kernel paced by the wall clock at 1000 simulated ms per wall ms. */
-export function inWorkers(seed: number): RuntimeHarness {
-  const runtime = new WorkerRuntime({ seed, handlerTimeoutMs: 5000 });
+export function inWorkers(seed: number, options: WorkerHarnessOptions = {}): RuntimeHarness {
+  const runtime = new WorkerRuntime({
+    seed,
+    wallTime: systemWallTime,
+    handlerTimeoutMs: options.handlerTimeoutMs ?? 5000,
+    poolSize: options.poolSize ?? 1,
+  });
   const entry = new URL("./fixtures/contract_worker.ts", import.meta.url);
+  const ownWorker = options.ownWorker ?? false;
   return {
-    spawn: (name, factory) => runtime.spawnRemote(name, { entry, factory, args: [] }),
+    spawn: (name, factory) => runtime.spawnRemote(name, { entry, factory, args: [], ownWorker }),
     recorder(name) {
       const recorder = new Recorder<Message>();
       return { ref: runtime.spawnLocal(name, recorder), recorder };

@@ -46,6 +46,11 @@ export function assertLess(actual: number, expected: number, message?: string): 
   assert.ok(actual < expected, message ?? `expected ${actual} < ${expected}`);
 }
 
+/** Asserts that `text` matches `pattern`. */
+export function assertMatch(text: string, pattern: RegExp, message?: string): void {
+  assert.match(text, pattern, message);
+}
+
 /** Asserts that `text` contains `expected`. */
 export function assertStringIncludes(text: string, expected: string, message?: string): void {
   assert.ok(

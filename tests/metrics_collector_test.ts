@@ -46,16 +46,18 @@ Deno.test("metrics collector summarises TTFT, waits, hits and imbalance exactly"
   kernel.run();
   const s = collector.summary();
   assertEquals([s.completed, s.dropped, s.droppedByReason.queue_full], [3, 1, 1]);
-  assertAlmostEquals(s.ttftMeanMs, (10 + 25 + 40) / 3);
-  assertAlmostEquals(s.queueWaitMeanMs, 5 / 3);
-  assertAlmostEquals(s.hitRate, 2 / 3);
-  assertAlmostEquals(s.tokenHitRate, 150 / 300);
-  assertAlmostEquals(s.imbalance, (2 - 1) / 1.5);
-  assertAlmostEquals(s.imbalanceCv, 0.5 / 1.5);
+  assertAlmostEquals(s.ttftMeanMs!, (10 + 25 + 40) / 3);
+  assertAlmostEquals(s.queueWaitMeanMs!, 5 / 3);
+  assertAlmostEquals(s.hitRate!, 2 / 3);
+  assertAlmostEquals(s.tokenHitRate!, 150 / 300);
+  assertAlmostEquals(s.imbalance!, (2 - 1) / 1.5);
+  assertAlmostEquals(s.imbalanceCv!, 0.5 / 1.5);
   assertEquals(s.perInstanceBusyMs, [30, 40]);
-  assertAlmostEquals(s.ttftP50Ms, 25, 0.025);
-  assertAlmostEquals(s.ttftP99Ms, 40, 0.04);
+  assertAlmostEquals(s.ttftP50Ms!, 25, 0.025);
+  assertAlmostEquals(s.ttftP99Ms!, 40, 0.04);
   assertAlmostEquals(s.throughputRps, 3 / 0.046);
+  assertEquals(s.goodputRps, s.throughputRps); // no SLO set: every completion counts
+  assertEquals(s.kvUtilizationMean, null); // no instance reported KV blocks
 });
 
 Deno.test("metrics percentiles are within 0.1% over a wide range of TTFTs", () => {
@@ -67,25 +69,27 @@ Deno.test("metrics percentiles are within 0.1% over a wide range of TTFTs", () =
   }
   kernel.run();
   const s = collector.summary();
-  assertAlmostEquals(s.ttftP50Ms, 3500, 3.5);
-  assertAlmostEquals(s.ttftP90Ms, 6300, 6.3);
-  assertAlmostEquals(s.ttftP99Ms, 6930, 6.93);
+  assertAlmostEquals(s.ttftP50Ms!, 3500, 3.5);
+  assertAlmostEquals(s.ttftP90Ms!, 6300, 6.3);
+  assertAlmostEquals(s.ttftP99Ms!, 6930, 6.93);
 });
 
-Deno.test("an empty run reports zeros, not NaN", () => {
+Deno.test("an empty run reports its means as null and its counts and rates as 0, never NaN", () => {
   const s = new MetricsCollector(3).summary();
-  assertEquals([s.ttftMeanMs, s.hitRate, s.tokenHitRate, s.imbalance, s.imbalanceCv, s.throughputRps], [
-    0,
-    0,
-    0,
-    0,
-    0,
-    0,
+  assertEquals([s.ttftMeanMs, s.hitRate, s.tokenHitRate, s.imbalance, s.imbalanceCv, s.busyImbalanceCv], [
+    null,
+    null,
+    null,
+    null,
+    null,
+    null,
   ]);
+  assertEquals([s.completed, s.dropped, s.throughputRps, s.goodputRps, s.tokensPerSec], [0, 0, 0, 0, 0]);
 });
 
 Deno.test("imbalance formulas match their definitions", () => {
-  assertAlmostEquals(rangeOverMean([10, 10, 10, 10]), 0);
-  assertAlmostEquals(rangeOverMean([12, 8, 10, 10]), 0.4);
-  assertAlmostEquals(coefficientOfVariation([12, 8, 10, 10]), Math.sqrt(2) / 10);
+  assertAlmostEquals(rangeOverMean([10, 10, 10, 10])!, 0);
+  assertAlmostEquals(rangeOverMean([12, 8, 10, 10])!, 0.4);
+  assertAlmostEquals(coefficientOfVariation([12, 8, 10, 10])!, Math.sqrt(2) / 10);
+  assertEquals([rangeOverMean([0, 0]), coefficientOfVariation([0, 0])], [null, null]);
 });

@@ -30,7 +30,7 @@ function measuredWaitMs(serviceTime: "deterministic" | "exponential", rho: numbe
       outputTokens: { dist: "constant", value: 0 },
     },
   }));
-  return result.queueWaitMeanMs;
+  return result.queueWaitMeanMs!;
 }
 
 const mu = 1000 / SERVICE_MS;

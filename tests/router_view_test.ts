@@ -78,7 +78,7 @@ Deno.test("stale status (500 ms scrapes) makes least_load route worse than an ex
       workload: { requests: 6000, ratePerSec: 50 },
     }));
   const fresh = run(0), stale = run(500);
-  assertGreater(stale.ttftMeanMs, fresh.ttftMeanMs * 1.2);
+  assertGreater(stale.ttftMeanMs!, fresh.ttftMeanMs! * 1.2);
   assertLess(stale.messages, fresh.messages);
   assertEquals(stale.completed, 6000);
 });
@@ -186,7 +186,7 @@ Deno.test("every production policy runs the batching model with both cache views
           workload: { requests: 1500, ratePerSec: 40, prefix: { zipf: 1.2, sharedFrac: 0.8 } },
         }));
         assertEquals(r.completed + r.dropped, 1500);
-        assertGreater(r.hitRate, 0.2);
+        assertGreater(r.hitRate!, 0.2);
       });
     }
   }

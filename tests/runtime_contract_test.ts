@@ -1,4 +1,4 @@
-/** One contract, both runtimes: the in-process kernel and actors in Workers. */
+/** One contract, both runtimes: the in-process kernel and actors in Workers (pooled, or one Worker each). */
 import { assert, assertEquals, assertRejects } from "@std/assert";
 import type { Message } from "../actors/runtime/kernel.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
@@ -90,7 +90,8 @@ function runtimeContract(label: string, newRuntime: (seed: number) => RuntimeHar
 }
 
 runtimeContract("in-process kernel", inProcess);
-runtimeContract("Worker runtime", inWorkers);
+runtimeContract("Worker runtime, actors pooled in one Worker", (seed) => inWorkers(seed, { poolSize: 1 }));
+runtimeContract("Worker runtime, a Worker per actor", (seed) => inWorkers(seed, { ownWorker: true }));
 
 Deno.test("Worker runtime: a crash after the last reply fails the run at the current virtual time", async () => {
   const rt = inWorkers(1);

@@ -85,8 +85,12 @@ Deno.test("conservation holds over many seeds and small random scenarios", () =>
         });
         assertEquals(r.completed + r.dropped + r.inFlight, r.requests);
         if (p.untilMs === null) assertEquals([r.requests, r.inFlight], [p.requests, 0]);
-        assert(r.hitRate >= 0 && r.hitRate <= 1 && r.tokenHitRate <= r.hitRate + 1e-12);
-        if (p.sharedFrac === 0 || p.cacheCapacity === 0) assertEquals(r.hitRate, 0);
+        // Over no completed request the hit rate is undefined (null), never 0.
+        assertEquals(r.hitRate === null, r.completed === 0);
+        if (r.hitRate !== null) {
+          assert(r.hitRate >= 0 && r.hitRate <= 1 && r.tokenHitRate! <= r.hitRate + 1e-12);
+          if (p.sharedFrac === 0 || p.cacheCapacity === 0) assertEquals(r.hitRate, 0);
+        }
       },
     ),
     { numRuns: 150 },
@@ -115,9 +119,9 @@ Deno.test("round_robin's request-count imbalance is near 0 and prefix_aware's is
   const key = { workload: { requests: 8000, prefix: { zipf: 2, sharedFrac: 0.9 } } } as const;
   const rr = simulate(scenario({ ...key, policy: { name: "round_robin" } }));
   const pa = simulate(scenario({ ...key, policy: { name: "prefix_aware" } }));
-  assert(rr.imbalance < 0.01, `round_robin ${rr.imbalance}`);
-  assertGreater(pa.imbalance, 0.5);
-  assertGreater(pa.hitRate, rr.hitRate);
+  assert(rr.imbalance !== null && rr.imbalance < 0.01, `round_robin ${rr.imbalance}`);
+  assertGreater(pa.imbalance!, 0.5);
+  assertGreater(pa.hitRate!, rr.hitRate!);
 });
 
 Deno.test("with multi-turn sessions under cache pressure, session affinity (prefix_aware) reuses more tokens than round_robin", () => {
@@ -128,6 +132,6 @@ Deno.test("with multi-turn sessions under cache pressure, session affinity (pref
       workload: { requests: 4000, ratePerSec: 4, sessions: { turnsMean: 5, thinkTimeMs: 5000 } },
     }));
   const rr = sessions("round_robin"), pa = sessions("prefix_aware");
-  assertGreater(pa.tokenHitRate, rr.tokenHitRate + 0.1);
+  assertGreater(pa.tokenHitRate!, rr.tokenHitRate! + 0.1);
   assertEquals(pa.completed + pa.dropped, 4000);
 });

@@ -98,5 +98,5 @@ Deno.test("one instance with an unlimited cache replaying the Mooncake trace hit
     workload: { trace: { path: SHARED_TRACE } },
   }));
   assertEquals(r.completed, 3993);
-  assertAlmostEquals(r.tokenHitRate, 0.651, 0.005);
+  assertAlmostEquals(r.tokenHitRate!, 0.651, 0.005);
 });

@@ -17,6 +17,11 @@
  *   message within the handler timeout (a policy that never returns).
  * - `worker_crashed` (Worker runtime): an actor's Worker died outside any
  *   handler (an uncaught asynchronous error, a failed module load).
+ * - `plugin_timeout`: a router plugin did not finish loading, or did not
+ *   answer one routing decision, within the plugin timeout (or its Worker
+ *   ended without a word, e.g. through `Deno.exit`).
+ * - `resource_exhausted`: a run with a router plugin went over the memory
+ *   budget of a plugin run (the host's watchdog ended it).
  */
 export type SimulationErrorKind =
   | "actor_threw"
@@ -24,7 +29,9 @@ export type SimulationErrorKind =
   | "invalid_choice"
   | "invariant_broken"
   | "actor_timeout"
-  | "worker_crashed";
+  | "worker_crashed"
+  | "plugin_timeout"
+  | "resource_exhausted";
 
 /** Where in the run the failure happened. */
 export interface SimulationErrorContext {

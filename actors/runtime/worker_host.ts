@@ -1,12 +1,13 @@
 /**
  * @module
- * The Worker side of the real-time runtime: hosts one actor, built by a
- * factory named in the `init` message, and runs its `handle` on each delivery.
- * Whatever the actor sends, schedules or cancels goes back to the central
- * clock in one `handled` reply; the actor code is the very code the virtual
- * kernel runs. A Worker entry module calls {@linkcode serveActor} with the
- * factories it offers (imported statically, so the Worker needs no read
- * permission to load them).
+ * The Worker side of the real-time runtime: hosts the actors the runtime
+ * spawns in this Worker — one or many — each built by a factory named in its
+ * `spawn` command and with its own context and random stream, and runs the
+ * addressed actor's `handle` on each delivery. Whatever the actor sends,
+ * schedules or cancels goes back to the central clock in one `handled` reply;
+ * the actor code is the very code the virtual kernel runs. A Worker entry
+ * module calls {@linkcode serveActor} with the factories it offers (imported
+ * statically, so the Worker needs no read permission to load them).
  */
 /// <reference lib="deno.worker" />
 import type { Actor, ActorContext, ActorRef, Message, TimerId } from "./kernel.ts";
@@ -48,61 +49,106 @@ function checkDelay(delayMs: number, message: Message): void {
   }
 }
 
-/** Builds an actor from structured-cloneable arguments. */
+/** An actor of any protocol, as a factory returns it. */
 // deno-lint-ignore no-explicit-any
-export type ActorFactory = (...args: any[]) => Actor<any> | Promise<Actor<any>>;
+export type AnyActor = Actor<any>;
 
-/** Makes this Worker host one actor built by one of `factories`. */
+/** A factory's result when it has something to tell the host besides the actor, such as a plugin's name. */
+export interface DescribedActor {
+  readonly actor: AnyActor;
+  /** Short text the runtime makes available as `aboutOf(ref)`. */
+  readonly about: string;
+}
+
+/** Builds an actor from structured-cloneable arguments. */
+export type ActorFactory = (
+  ...args: readonly never[]
+) => AnyActor | DescribedActor | Promise<AnyActor | DescribedActor>;
+
+/** An error's message, after its class when that says more than `Error` (`NotCapable: Requires read access…`). */
+function errorText(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  return error.name && error.name !== "Error" ? `${error.name}: ${error.message}` : error.message;
+}
+
+/**
+ * Makes this Worker host the actors the runtime spawns in it, each built by
+ * one of `factories`.
+ */
 export function serveActor(factories: Readonly<Record<string, unknown>>): void {
-  let actor: Actor<Message> | undefined;
-  let ctx: HostContext | undefined;
-  const reply = (r: HostReply) => self.postMessage(r);
-  // An error outside any handler (an asynchronous throw) kills the actor:
+  const actors: Actor<Message>[] = [];
+  const contexts: HostContext[] = [];
+  // Captured before any actor code runs (a plugin may replace or lock them).
+  const reply = self.postMessage.bind(self) as (r: HostReply) => void;
+  const close = self.close.bind(self);
+  reportExits(reply);
+  // An error outside any handler (an asynchronous throw) kills the Worker:
   // report it as a crash instead of letting Deno print a stack trace.
   self.addEventListener("error", (event) => {
     event.preventDefault();
-    reply({
-      type: "failed",
-      kind: "worker_crashed",
-      message: event.message.replace(/^Uncaught (\(in promise\) )?/, ""),
-    });
-    self.close();
+    reply({ type: "crashed", message: event.message.replace(/^Uncaught (\(in promise\) )?/, "") });
+    close();
   });
   self.addEventListener("unhandledrejection", (event) => {
     event.preventDefault();
-    reply({ type: "failed", kind: "worker_crashed", message: String(event.reason?.message ?? event.reason) });
-    self.close();
+    reply({ type: "crashed", message: String(event.reason?.message ?? event.reason) });
+    close();
   });
 
-  self.onmessage = async (event: MessageEvent<HostCommand>) => {
-    const command = event.data;
-    if (command.type === "init") {
-      try {
-        const factory = factories[command.factory] as ActorFactory | undefined;
-        if (typeof factory !== "function") throw new TypeError(`no actor factory named "${command.factory}"`);
-        actor = await factory(...command.args);
-        ctx = new HostContext(command.self as ActorRef<Message>, command.name, command.seed);
-        reply({ type: "ready" });
-      } catch (error) {
-        reply({
-          type: "failed",
-          kind: "actor_threw",
-          message: `could not start: ${(error as Error).message}`,
-        });
-      }
-      return;
-    }
-    ctx!.timeMs = command.timeMs;
-    ctx!.outbox = [];
+  const spawn = async (command: Extract<HostCommand, { type: "spawn" }>) => {
+    // Sent before the factory runs: the runtime's loading deadline starts here.
+    reply({ type: "building", actor: command.actor });
     try {
-      actor!.handle(command.message, ctx!);
-      reply({ type: "handled", outbox: ctx!.outbox });
+      const factory = factories[command.factory] as ActorFactory | undefined;
+      if (typeof factory !== "function") throw new TypeError(`no actor factory named "${command.factory}"`);
+      const built = await factory(...command.args as never[]);
+      const described = "actor" in built && typeof built.about === "string";
+      actors[command.actor] = described ? built.actor : built as Actor<Message>;
+      contexts[command.actor] = new HostContext(
+        command.self as ActorRef<Message>,
+        command.name,
+        command.seed,
+      );
+      reply({ type: "ready", actor: command.actor, about: described ? built.about : undefined });
+    } catch (error) {
+      reply({ type: "spawn_failed", actor: command.actor, message: errorText(error) });
+    }
+  };
+
+  self.onmessage = (event: MessageEvent<HostCommand>) => {
+    const command = event.data;
+    if (command.type === "spawn") return void spawn(command);
+    const ctx = contexts[command.actor];
+    ctx.timeMs = command.timeMs;
+    ctx.outbox = [];
+    try {
+      actors[command.actor].handle(command.message, ctx);
+      reply({ type: "handled", outbox: ctx.outbox });
     } catch (error) {
       const kind = error instanceof SimulationError ? error.kind : "actor_threw";
-      const message = error instanceof SimulationError
-        ? error.detail
-        : (error as Error)?.message ?? String(error);
+      const message = error instanceof SimulationError ? error.detail : errorText(error);
       reply({ type: "failed", kind, message });
     }
   };
+}
+
+/**
+ * Makes `Deno.exit` and `close()` say so before they end the Worker, which
+ * they otherwise do silently: the runtime then fails the run at once rather
+ * than at the delivery timeout. (The properties stay writable and
+ * configurable, so a plugin loader may still lock them.)
+ */
+function reportExits(reply: (r: HostReply) => void): void {
+  const exit = Deno.exit;
+  const close = self.close.bind(self);
+  const replace = (target: object, key: string, value: unknown) =>
+    Object.defineProperty(target, key, { value, writable: true, configurable: true });
+  replace(Deno, "exit", (code?: number) => {
+    reply({ type: "crashed", message: `the Worker was ended by Deno.exit(${code ?? ""})` });
+    return exit(code);
+  });
+  replace(self, "close", () => {
+    reply({ type: "crashed", message: "the Worker was ended by close()" });
+    close();
+  });
 }

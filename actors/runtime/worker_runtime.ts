@@ -1,10 +1,11 @@
 /**
  * @module
  * The real-time runtime: the same central kernel, paced by a wall clock,
- * delivering to actors that live in Deno Workers. Each Worker-hosted actor is
- * represented in the kernel by a proxy that posts the message to its Worker;
- * the Worker's reply carries what the actor sent, which the kernel stamps and
- * queues. Ordering here is FIFO per channel only (design.md).
+ * delivering to actors hosted in Deno Workers — many actors per Worker, in a
+ * pool sized to the cores, or one actor in a Worker of its own. Each
+ * Worker-hosted actor is represented in the kernel by a proxy that posts the
+ * message to its Worker; the reply carries what the actor sent, which the
+ * kernel stamps and queues. Delivery is lock-stepped (design.md).
  */
 import {
   type Actor,
@@ -16,19 +17,20 @@ import {
   type TimerId,
 } from "./kernel.ts";
 import { SimulationError, type SimulationErrorKind } from "./simulation_error.ts";
-import type { WallClock } from "./wall_clock.ts";
+import type { WallClock, WallTime } from "./wall_clock.ts";
 
-/** Main → Worker. */
+/** Main → Worker. `actor` is the actor's index among those its Worker hosts. */
 export type HostCommand =
   | {
-    readonly type: "init";
+    readonly type: "spawn";
+    readonly actor: number;
     readonly name: string;
     readonly seed: number;
     readonly self: number;
     readonly factory: string;
     readonly args: readonly unknown[];
   }
-  | { readonly type: "deliver"; readonly message: Message; readonly timeMs: number };
+  | { readonly type: "deliver"; readonly actor: number; readonly message: Message; readonly timeMs: number };
 
 /** One effect of a handler, as the Worker reports it. */
 export type Outgoing =
@@ -36,13 +38,20 @@ export type Outgoing =
   | { readonly op: "schedule"; readonly timer: number; readonly message: Message; readonly delayMs: number }
   | { readonly op: "cancel"; readonly timer: number };
 
-/** Worker → main. */
+/**
+ * Worker → main. A Worker answers its commands in order: `building` then
+ * `ready` or `spawn_failed` for a spawn, `handled` or `failed` for a
+ * delivery; `crashed` reports an error outside any handler.
+ */
 export type HostReply =
-  | { readonly type: "ready" }
+  | { readonly type: "building"; readonly actor: number }
+  | { readonly type: "ready"; readonly actor: number; readonly about?: string }
+  | { readonly type: "spawn_failed"; readonly actor: number; readonly message: string }
   | { readonly type: "handled"; readonly outbox: readonly Outgoing[] }
-  | { readonly type: "failed"; readonly kind: SimulationErrorKind; readonly message: string };
+  | { readonly type: "failed"; readonly kind: SimulationErrorKind; readonly message: string }
+  | { readonly type: "crashed"; readonly message: string };
 
-/** Where and how to run one actor in its own Worker. */
+/** Where and how to run one actor in a Worker. */
 export interface RemoteActorSpec {
   /** URL of the Worker entry module (it calls `serveActor`). */
   readonly entry: URL;
@@ -50,20 +59,40 @@ export interface RemoteActorSpec {
   readonly factory: string;
   /** The factory's arguments; structured-cloneable. */
   readonly args: readonly unknown[];
-  /** The Worker's permissions (needs `--unstable-worker-options`). @default "none" */
+  /**
+   * The Worker's permissions (needs `--unstable-worker-options`). Actors
+   * with the same entry and permissions share the pool's Workers.
+   * @default "none"
+   */
   readonly permissions?: Deno.PermissionOptions;
-  /** Extra text naming this actor in errors, such as `plugin my_router`. */
+  /** Host the actor in a Worker of its own instead of the pool. @default false */
+  readonly ownWorker?: boolean;
+  /** Extra text naming this actor in errors, such as `plugin my_router.ts`. */
   readonly label?: string;
+  /**
+   * Wall ms the actor may take to be built (from the moment its Worker
+   * starts building it) and to handle each message.
+   * @default the runtime's `handlerTimeoutMs`
+   */
+  readonly timeoutMs?: number;
+  /** The error kind when it takes longer. @default "actor_timeout" */
+  readonly timeoutKind?: "actor_timeout" | "plugin_timeout";
+  /** Names a message in a timeout error, such as `routing request 17`. @default `message "<type>"` */
+  readonly describe?: (message: Message) => string | undefined;
 }
 
 /** Options for {@linkcode WorkerRuntime}. */
 export interface WorkerRuntimeOptions {
   /** Seed of every actor's random stream (same derivation as the virtual kernel). */
   readonly seed: number;
+  /** The wall time source; bounds loading before `run` supplies its clock. */
+  readonly wallTime: WallTime;
   /** Observes every delivery. */
   readonly onDeliver?: DeliveryTap;
   /** A Worker that has not answered a delivery after this many wall ms fails the run. @default 5000 */
   readonly handlerTimeoutMs?: number;
+  /** Workers in each pool. @default navigator.hardwareConcurrency, at least 1 */
+  readonly poolSize?: number;
 }
 
 /** Options for {@linkcode WorkerRuntime.run}. */
@@ -88,27 +117,63 @@ export interface LagStats {
   readonly maxRestampMs: number;
 }
 
+/** Longest single wait, wall ms: a host timer overflows past 2^31 ms, and a short poll costs nothing. */
+const MAX_SLEEP_MS = 1000;
+
 interface PendingDelivery {
-  readonly type: string;
+  readonly proxy: RemoteProxy;
+  readonly message: Message;
   readonly timeMs: number;
   readonly sentWallMs: number;
 }
 
-class RemoteProxy implements Actor<Message> {
+/** One Worker and the actors it hosts; its replies answer its commands in order. */
+class HostWorker {
+  readonly worker: Worker;
+  readonly actors: RemoteProxy[] = [];
   readonly pending: PendingDelivery[] = [];
+  /** The actor whose handler ran last here (to name one in a crash that came after its reply). */
+  lastActor: RemoteProxy | undefined;
+  constructor(readonly name: string, entry: URL, permissions: Deno.PermissionOptions) {
+    this.worker = new Worker(entry, { type: "module", name, deno: { permissions } });
+  }
+  post(command: HostCommand): void {
+    this.worker.postMessage(command);
+  }
+}
+
+/** The kernel's stand-in for an actor in a Worker. */
+class RemoteProxy implements Actor<Message> {
   /** The Worker's timer ids → kernel message ids, and back; entries leave when the timer fires or is cancelled. */
   readonly timers = new Map<number, TimerId>();
   readonly timerOfSeq = new Map<number, number>();
   ref = -1;
-  constructor(readonly runtime: WorkerRuntime, readonly name: string, readonly worker: Worker) {}
+  state: "spawning" | "building" | "ready" = "spawning";
+  buildStartedWallMs = 0;
+  /** What its factory said about it (a plugin's name). */
+  about: string | undefined;
+  constructor(
+    readonly runtime: WorkerRuntime,
+    readonly name: string,
+    readonly host: HostWorker,
+    readonly index: number,
+    readonly spec: RemoteActorSpec,
+    readonly timeoutMs: number,
+  ) {}
   handle(message: Message, ctx: ActorContext<Message>): void {
-    const timer = this.timerOfSeq.get(this.runtime.kernel.deliveringSeq);
+    const seq = this.runtime.kernel.deliveringSeq;
+    const timer = this.timerOfSeq.get(seq);
     if (timer !== undefined) {
-      this.timerOfSeq.delete(this.runtime.kernel.deliveringSeq);
+      this.timerOfSeq.delete(seq);
       this.timers.delete(timer);
     }
-    this.pending.push({ type: message.type, timeMs: ctx.now(), sentWallMs: this.runtime.wallNowMs() });
-    this.worker.postMessage({ type: "deliver", message, timeMs: ctx.now() } satisfies HostCommand);
+    const timeMs = ctx.now();
+    this.host.pending.push({ proxy: this, message, timeMs, sentWallMs: this.runtime.wallNowMs() });
+    this.host.post({ type: "deliver", actor: this.index, message, timeMs });
+  }
+  /** Who failed, for error details: the label (`plugin x.ts`) or `the actor`. */
+  get who(): string {
+    return this.spec.label ?? "the actor";
   }
 }
 
@@ -117,7 +182,7 @@ class RemoteProxy implements Actor<Message> {
  *
  * @example
  * ```ts
- * const runtime = new WorkerRuntime({ seed: 1 });
+ * const runtime = new WorkerRuntime({ seed: 1, wallTime });
  * const ref = runtime.spawnRemote("pinger", { entry, factory: "createPinger", args: [] });
  * await runtime.start();
  * runtime.kernel.send(ref, { type: "ping" });
@@ -128,10 +193,15 @@ class RemoteProxy implements Actor<Message> {
 export class WorkerRuntime {
   readonly kernel: Kernel;
   readonly #seed: number;
+  readonly #time: WallTime;
   readonly #handlerTimeoutMs: number;
+  readonly #poolSize: number;
+  readonly #hosts: HostWorker[] = [];
+  readonly #pools = new Map<string, { workers: HostWorker[]; spawned: number }>();
   readonly #proxies: RemoteProxy[] = [];
-  readonly #ready: Promise<void>[] = [];
+  readonly #proxyOf = new Map<number, RemoteProxy>();
   readonly #lags: number[] = [];
+  #spawning = 0;
   #clock: WallClock | undefined;
   #failure: Error | undefined;
   #wake: (() => void) | undefined;
@@ -140,13 +210,21 @@ export class WorkerRuntime {
 
   constructor(options: WorkerRuntimeOptions) {
     this.#seed = options.seed;
+    this.#time = options.wallTime;
     this.#handlerTimeoutMs = options.handlerTimeoutMs ?? 5000;
+    const cores = globalThis.navigator?.hardwareConcurrency ?? 1;
+    this.#poolSize = Math.max(1, Math.floor(options.poolSize ?? cores));
     this.kernel = new Kernel({ seed: options.seed, onDeliver: options.onDeliver });
   }
 
-  /** Wall time of the clock in use (0 before `run`). */
+  /** Wall time now, from the injected source. */
   wallNowMs(): number {
-    return this.#clock?.wallNowMs() ?? 0;
+    return this.#time.now();
+  }
+
+  /** Workers started so far (the pools' and the own ones). */
+  get workerCount(): number {
+    return this.#hosts.length;
   }
 
   /** Runs `actor` in this thread. */
@@ -154,52 +232,74 @@ export class WorkerRuntime {
     return this.kernel.spawn(name, actor);
   }
 
-  /** Runs an actor in its own Worker; returns its address. */
+  /**
+   * Hosts an actor in a Worker — a pool's (assigned round-robin) or, with
+   * `ownWorker`, its own — and returns its address.
+   */
   spawnRemote<M extends Message>(name: string, spec: RemoteActorSpec): ActorRef<M> {
-    const worker = new Worker(spec.entry, {
-      type: "module",
-      name,
-      deno: { permissions: spec.permissions ?? "none" },
-    });
+    const host = spec.ownWorker ? this.#newHost(name, spec) : this.#pooledHost(spec);
     const label = spec.label ? `${name} (${spec.label})` : name;
-    const proxy = new RemoteProxy(this, label, worker);
+    const proxy = new RemoteProxy(
+      this,
+      label,
+      host,
+      host.actors.length,
+      spec,
+      spec.timeoutMs ?? this.#handlerTimeoutMs,
+    );
     const ref = this.kernel.spawn(name, proxy);
     proxy.ref = ref;
+    host.actors.push(proxy);
     this.#proxies.push(proxy);
-    this.#ready.push(
-      new Promise<void>((resolve, reject) => {
-        worker.onmessage = (event: MessageEvent<HostReply>) => {
-          const reply = event.data;
-          if (reply.type === "ready") {
-            worker.onmessage = (e: MessageEvent<HostReply>) => this.#onReply(proxy, e.data);
-            resolve();
-          } else if (reply.type === "failed") {
-            reject(new SimulationError(reply.kind, reply.message, { actor: label }));
-          }
-        };
-        worker.onerror = (event) => {
-          event.preventDefault();
-          const error = this.#crash(proxy, event.message);
-          reject(error);
-        };
-      }),
-    );
-    worker.postMessage(
-      {
-        type: "init",
-        name,
-        seed: this.#seed,
-        self: ref,
-        factory: spec.factory,
-        args: spec.args,
-      } satisfies HostCommand,
-    );
+    this.#proxyOf.set(ref, proxy);
+    this.#spawning++;
+    host.post({
+      type: "spawn",
+      actor: proxy.index,
+      name,
+      seed: this.#seed,
+      self: ref,
+      factory: spec.factory,
+      args: spec.args,
+    });
     return ref as ActorRef<M>;
   }
 
-  /** Resolves when every Worker has built its actor. */
+  /** What a remote actor's factory said about it (such as a plugin's name), once it is ready. */
+  aboutOf<M extends Message>(ref: ActorRef<M>): string | undefined {
+    return this.#proxyOf.get(ref)?.about;
+  }
+
+  /**
+   * Resolves when every Worker has built its actors.
+   * @throws {SimulationError} when one fails to build, crashes, or takes
+   *   longer than its timeout once its Worker started building it (the
+   *   Worker is not awaited: one spinning in user code cannot stop this).
+   */
   async start(): Promise<void> {
-    await Promise.all(this.#ready);
+    for (;;) {
+      if (this.#failure) throw this.#failure;
+      if (this.#spawning === 0) return;
+      const now = this.wallNowMs();
+      let nextDeadline = Infinity;
+      for (const proxy of this.#proxies) {
+        if (proxy.state !== "building") continue;
+        const deadline = proxy.buildStartedWallMs + proxy.timeoutMs;
+        if (now > deadline) {
+          this.#fail(
+            new SimulationError(
+              proxy.spec.timeoutKind ?? "actor_timeout",
+              `${proxy.who} timed out while loading: not ready within ${proxy.timeoutMs} ms of wall time`,
+              { actor: proxy.name, timeMs: this.kernel.nowMs },
+            ),
+          );
+          break;
+        }
+        if (deadline < nextDeadline) nextDeadline = deadline;
+      }
+      if (this.#failure) continue;
+      await this.#sleepOrWake(nextDeadline - now);
+    }
   }
 
   /**
@@ -217,7 +317,8 @@ export class WorkerRuntime {
     try {
       for (;;) {
         if (this.#failure) throw this.#failure;
-        this.#checkTimeouts();
+        const deadline = this.#checkTimeouts();
+        if (this.#failure) continue;
         const next = kernel.nextTimeMs();
         // Lock-step: while a Worker handles a message, it may still send or
         // cancel something that the virtual kernel would deliver (or drop)
@@ -225,12 +326,11 @@ export class WorkerRuntime {
         // next delivery waits for its answer. Order and stamps stay exactly
         // the virtual kernel's; a slow Worker shows up as lag, not as changed
         // results.
-        const awaiting = this.#awaitingReply();
-        if (next === Infinity || next > untilMs || awaiting) {
-          if (!awaiting) break;
-          await this.#sleepOrWake(this.#handlerTimeoutMs);
+        if (deadline !== undefined) {
+          await this.#sleepOrWake(deadline - this.wallNowMs());
           continue;
         }
+        if (next === Infinity || next > untilMs) break;
         const wait = clock.wallMsUntil(next);
         if (wait > 0) {
           await this.#sleepOrWake(wait);
@@ -268,21 +368,92 @@ export class WorkerRuntime {
     };
   }
 
-  /** Terminates every Worker. Safe to call more than once. */
+  /**
+   * Terminates every Worker. Safe to call more than once. Returns at once; a
+   * Worker spinning in user code may keep its thread, so a command-line tool
+   * that saw a timeout must end its process.
+   */
   terminate(): void {
-    for (const proxy of this.#proxies) proxy.worker.terminate();
+    for (const host of this.#hosts) host.worker.terminate();
   }
 
-  #onReply(proxy: RemoteProxy, reply: HostReply): void {
-    const delivery = proxy.pending.shift();
-    if (reply.type === "failed") {
-      this.#failAt(proxy, delivery, reply.kind, reply.message);
-      return;
+  #pooledHost(spec: RemoteActorSpec): HostWorker {
+    const permissions = spec.permissions ?? "none";
+    const key = `${spec.entry.href} ${JSON.stringify(permissions)}`;
+    let pool = this.#pools.get(key);
+    if (pool === undefined) {
+      pool = { workers: [], spawned: 0 };
+      this.#pools.set(key, pool);
     }
-    if (reply.type !== "handled" || delivery === undefined) return;
+    const slot = pool.spawned++ % this.#poolSize;
+    if (slot === pool.workers.length) {
+      pool.workers.push(this.#newHost(`pool ${this.#pools.size}/${slot}`, spec));
+    }
+    return pool.workers[slot];
+  }
+
+  #newHost(name: string, spec: RemoteActorSpec): HostWorker {
+    const host = new HostWorker(name, spec.entry, spec.permissions ?? "none");
+    host.worker.onmessage = (event: MessageEvent<HostReply>) => this.#onReply(host, event.data);
+    host.worker.onerror = (event) => {
+      event.preventDefault();
+      this.#crash(host, event.message);
+    };
+    this.#hosts.push(host);
+    return host;
+  }
+
+  #onReply(host: HostWorker, reply: HostReply): void {
+    if (this.#failure) return;
+    switch (reply?.type) {
+      case "building":
+      case "ready":
+      case "spawn_failed": {
+        const proxy = host.actors[reply.actor];
+        if (proxy === undefined || proxy.state === "ready") return;
+        if (reply.type === "building") {
+          proxy.state = "building";
+          proxy.buildStartedWallMs = this.wallNowMs();
+        } else if (reply.type === "ready") {
+          proxy.state = "ready";
+          proxy.about = reply.about;
+          this.#spawning--;
+        } else {
+          this.#fail(
+            new SimulationError("actor_threw", `could not start: ${reply.message}`, {
+              actor: proxy.name,
+              timeMs: this.kernel.nowMs,
+            }),
+          );
+        }
+        break;
+      }
+      case "handled": {
+        const delivery = host.pending.shift();
+        if (delivery === undefined) return;
+        host.lastActor = delivery.proxy;
+        this.#apply(delivery, reply.outbox);
+        break;
+      }
+      case "failed": {
+        const delivery = host.pending.shift();
+        if (delivery === undefined) return this.#crash(host, reply.message);
+        this.#failAt(delivery.proxy, delivery, reply.kind, reply.message);
+        break;
+      }
+      case "crashed":
+        this.#crash(host, reply.message);
+        break;
+    }
+    this.#wake?.();
+  }
+
+  /** Queues what a handler sent, scheduled or cancelled, stamped from its delivery. */
+  #apply(delivery: PendingDelivery, outbox: readonly Outgoing[]): void {
     const kernel = this.kernel;
+    const proxy = delivery.proxy;
     try {
-      for (const out of reply.outbox) {
+      for (const out of outbox) {
         if (out.op === "cancel") {
           const id = proxy.timers.get(out.timer);
           if (id !== undefined) {
@@ -309,11 +480,24 @@ export class WorkerRuntime {
     } catch (error) {
       this.#fail(error as Error);
     }
-    this.#wake?.();
   }
 
-  #crash(proxy: RemoteProxy, detail: string): SimulationError {
-    return this.#failAt(proxy, proxy.pending[0], "worker_crashed", detail);
+  /**
+   * Fails the run for an error outside any handler in `host`'s Worker. It
+   * names the actor whose delivery was pending there; else the one being
+   * built; else the one that handled a message there last (the crash came
+   * after its reply, at the current virtual time), saying which Worker it was
+   * when that Worker hosts others too.
+   */
+  #crash(host: HostWorker, detail: string): void {
+    const delivery = host.pending[0];
+    if (delivery !== undefined) return void this.#failAt(delivery.proxy, delivery, "worker_crashed", detail);
+    const building = host.actors.find((proxy) => proxy.state !== "ready");
+    const proxy = building ?? host.lastActor ?? host.actors[0];
+    const shared = host.actors.length > 1 && building === undefined
+      ? ` (Worker ${host.name}, which hosts ${host.actors.length} actors; ${proxy.name} handled its last message)`
+      : "";
+    this.#failAt(proxy, undefined, "worker_crashed", detail + shared);
   }
 
   /**
@@ -326,34 +510,46 @@ export class WorkerRuntime {
     delivery: PendingDelivery | undefined,
     kind: SimulationErrorKind,
     detail: string,
-  ): SimulationError {
-    const error = new SimulationError(kind, detail, {
-      actor: proxy.name,
-      messageType: delivery?.type,
-      timeMs: delivery?.timeMs ?? this.kernel.nowMs,
-    });
-    this.#fail(error);
-    return error;
+  ): void {
+    this.#fail(
+      new SimulationError(kind, detail, {
+        actor: proxy.name,
+        messageType: delivery?.message.type,
+        timeMs: delivery?.timeMs ?? this.kernel.nowMs,
+      }),
+    );
   }
 
   #awaitingReply(): boolean {
-    for (const proxy of this.#proxies) if (proxy.pending.length > 0) return true;
+    for (const host of this.#hosts) if (host.pending.length > 0) return true;
     return false;
   }
 
-  #checkTimeouts(): void {
+  /**
+   * Fails the run when a pending delivery is past its actor's timeout.
+   * @returns the earliest wall deadline still ahead, or undefined when no reply is awaited.
+   */
+  #checkTimeouts(): number | undefined {
     const now = this.wallNowMs();
-    for (const proxy of this.#proxies) {
-      const oldest = proxy.pending[0];
-      if (oldest && now - oldest.sentWallMs > this.#handlerTimeoutMs) {
+    let earliest: number | undefined;
+    for (const host of this.#hosts) {
+      const oldest = host.pending[0];
+      if (oldest === undefined) continue;
+      const { proxy } = oldest;
+      const deadline = oldest.sentWallMs + proxy.timeoutMs;
+      if (now > deadline) {
+        const what = proxy.spec.describe?.(oldest.message) ?? `message "${oldest.message.type}"`;
         this.#failAt(
           proxy,
           oldest,
-          "actor_timeout",
-          `no answer within ${this.#handlerTimeoutMs} ms of wall time`,
+          proxy.spec.timeoutKind ?? "actor_timeout",
+          `${proxy.who} did not answer ${what} within ${proxy.timeoutMs} ms of wall time`,
         );
+        return undefined;
       }
+      if (earliest === undefined || deadline < earliest) earliest = deadline;
     }
+    return earliest;
   }
 
   #fail(error: Error): void {
@@ -362,10 +558,12 @@ export class WorkerRuntime {
     this.#wake?.();
   }
 
+  /** Sleeps up to `ms` of wall time (at most {@linkcode MAX_SLEEP_MS}), or until a reply wakes it. */
   #sleepOrWake(ms: number): Promise<void> {
     const woken = new AbortController();
     this.#wake = () => woken.abort();
-    return this.#clock!.sleep(ms, woken.signal).then(() => {
+    const wait = Math.min(Math.max(0, ms), MAX_SLEEP_MS);
+    return this.#time.sleep(wait, woken.signal).then(() => {
       this.#wake = undefined;
     });
   }

@@ -1,0 +1,234 @@
+/**
+ * @module
+ * The check a router plugin's import graph passes before anything loads it:
+ * every module it reaches must be a file under the plugin's own directory or
+ * our `actors/`, an entry of the import map, or an `npm:` package the lock
+ * already pins. Remote URLs, other `npm:`/`jsr:`/`node:` specifiers, files
+ * elsewhere on disk and computed `import()` calls are refused up front.
+ * (The plugin's Worker enforces the same at run time with its permissions;
+ * this check turns a violation into a clear usage error before any code runs.)
+ */
+import { dirname, extname, isAbsolute, relative, resolve, sep } from "node:path";
+import { fileURLToPath } from "node:url";
+import { UsageError } from "./usage_error.ts";
+
+/** What a plugin may import. */
+export interface ImportRules {
+  /** Absolute directories a plugin may import files from. */
+  readonly roots: readonly string[];
+  /** Roots whose files are ours: checked as targets, not scanned further. */
+  readonly trustedRoots: readonly string[];
+  /** The import map (bare specifier → target), from deno.json. */
+  readonly importMap: Readonly<Record<string, string>>;
+  /** Directory the import map's relative targets are relative to. */
+  readonly importMapDir: string;
+  /** `npm:` specifiers pinned by the lock file, as written there (e.g. `npm:zod@4.6.7`). */
+  readonly lockedNpm: ReadonlySet<string>;
+}
+
+const REPO = fileURLToPath(new URL("../", import.meta.url));
+
+/** The rules for a plugin at `pluginPath`: its own directory and `actors/`, this repository's import map and lock. */
+export async function pluginImportRules(pluginPath: string): Promise<ImportRules> {
+  const config = JSON.parse(await Deno.readTextFile(resolve(REPO, "deno.json")));
+  const lock = JSON.parse(await Deno.readTextFile(resolve(REPO, "deno.lock")));
+  const actors = resolve(REPO, "actors");
+  return {
+    roots: [dirname(pluginPath), actors],
+    trustedRoots: [actors],
+    importMap: config.imports ?? {},
+    importMapDir: REPO,
+    lockedNpm: new Set(Object.keys(lock.specifiers ?? {}).filter((s) => s.startsWith("npm:"))),
+  };
+}
+
+/** The directories a plugin's Worker may read: exactly the rules' roots. */
+export function pluginReadRoots(rules: ImportRules): string[] {
+  return [...rules.roots];
+}
+
+/**
+ * Walks the plugin's import graph from `entryPath` and throws on the first
+ * import outside the rules.
+ * @throws {UsageError} naming the importing file, the specifier and why it is refused.
+ */
+export async function checkPluginImports(entryPath: string, rules: ImportRules): Promise<void> {
+  const seen = new Set<string>();
+  const queue = [resolve(entryPath)];
+  while (queue.length > 0) {
+    const file = queue.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    let source: string;
+    try {
+      source = await Deno.readTextFile(file);
+    } catch (error) {
+      throw new UsageError(`--router: cannot read "${file}": ${(error as Error).message}`);
+    }
+    for (const found of findImports(source)) {
+      const where = `--router: ${relativeName(file)}`;
+      if (found.specifier === undefined) {
+        throw new UsageError(
+          `${where}: import() with a computed specifier cannot be checked before loading; import a string literal`,
+        );
+      }
+      const target = resolveTarget(found.specifier, file, rules, where);
+      if (target !== undefined && isScript(target) && !within(target, rules.trustedRoots)) queue.push(target);
+    }
+  }
+}
+
+/** The file a specifier resolves to, `undefined` for an allowed package; throws when refused. */
+function resolveTarget(
+  specifier: string,
+  from: string,
+  rules: ImportRules,
+  where: string,
+): string | undefined {
+  const refuse = (why: string): never => {
+    throw new UsageError(`${where}: import "${specifier}" refused: ${why}`);
+  };
+  let path: string | undefined;
+  if (specifier.startsWith("./") || specifier.startsWith("../") || isAbsolute(specifier)) {
+    path = resolve(dirname(from), specifier);
+  } else if (specifier.startsWith("file:")) {
+    path = fileURLToPath(specifier);
+  } else if (/^npm:/.test(specifier)) {
+    const bare = /^npm:(@[^/]+\/[^/@]+|[^/@]+)(@[^/]+)?/.exec(specifier);
+    if (bare && rules.lockedNpm.has(`npm:${bare[1]}${bare[2] ?? ""}`)) return undefined;
+    refuse("npm packages a plugin uses must already be pinned in deno.lock (add them to the project first)");
+  } else if (/^[a-z][a-z0-9+.-]*:/i.test(specifier)) {
+    refuse(
+      "a plugin may import only local files, the import map and locked npm packages (no network, no built-ins)",
+    );
+  } else {
+    const mapped = importMapTarget(specifier, rules.importMap);
+    if (mapped === undefined) refuse("not in the import map of deno.json");
+    if (mapped!.startsWith("npm:")) return undefined;
+    path = resolve(rules.importMapDir, mapped!);
+  }
+  if (!within(path!, rules.roots)) {
+    refuse(`outside the plugin's directory and actors/ (${relativeName(path!)})`);
+  }
+  return path;
+}
+
+function importMapTarget(specifier: string, map: Readonly<Record<string, string>>): string | undefined {
+  if (specifier in map) return map[specifier];
+  for (const [key, target] of Object.entries(map)) {
+    if (key.endsWith("/") && specifier.startsWith(key)) return target + specifier.slice(key.length);
+  }
+  return undefined;
+}
+
+function within(path: string, roots: readonly string[]): boolean {
+  return roots.some((root) => {
+    const rel = relative(root, path);
+    return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
+  });
+}
+
+function isScript(path: string): boolean {
+  return [".ts", ".tsx", ".mts", ".cts", ".js", ".jsx", ".mjs", ".cjs"].includes(extname(path));
+}
+
+function relativeName(path: string): string {
+  const rel = relative(Deno.cwd(), path);
+  return rel.startsWith(`..${sep}..`) ? path : rel;
+}
+
+/** One import found in a source: its specifier, or `undefined` for a computed `import(...)`. */
+export interface FoundImport {
+  readonly specifier: string | undefined;
+}
+
+/**
+ * The imports of a module's source: static `import`/`export … from`,
+ * side-effect imports and `import(...)` calls, outside comments and strings.
+ */
+export function findImports(source: string): FoundImport[] {
+  const code = blankCommentsAndStrings(source);
+  const found: FoundImport[] = [];
+  const literalAt = (index: number): string | undefined => {
+    const quote = source[index];
+    if (quote !== '"' && quote !== "'" && quote !== "`") return undefined;
+    const end = source.indexOf(quote, index + 1);
+    const text = source.slice(index + 1, end);
+    return quote === "`" && text.includes("${") ? undefined : text;
+  };
+  // `from "x"` ends every static import/export with a module; `import "x"` is a side-effect import.
+  const patterns = [/\bfrom\s*(?=["'])/g, /\bimport\s*(?=["'])/g];
+  for (const pattern of patterns) {
+    for (const m of code.matchAll(pattern)) {
+      if (!isKeyword(code, m.index!)) continue;
+      found.push({ specifier: literalAt(m.index! + m[0].length) });
+    }
+  }
+  for (const m of code.matchAll(/\bimport\s*\(\s*/g)) {
+    if (!isKeyword(code, m.index!)) continue;
+    const start = m.index! + m[0].length;
+    const specifier = literalAt(start);
+    // Only a lone literal argument (plus optional attributes) is a checked import.
+    const after = specifier === undefined ? "" : code.slice(start + specifier.length + 2).trimStart();
+    found.push({ specifier: after.startsWith(")") || after.startsWith(",") ? specifier : undefined });
+  }
+  return found;
+}
+
+/** Not a property (`x.import`, `x.from`) and not part of a longer name. */
+function isKeyword(code: string, index: number): boolean {
+  const before = code.slice(0, index).trimEnd();
+  return !before.endsWith(".") && !/[\w$]$/.test(code.slice(0, index));
+}
+
+/**
+ * Replaces comments with spaces and the contents of string and template
+ * literals with placeholders, keeping every offset, so the import patterns
+ * see only code (a quote stays where the literal starts).
+ */
+function blankCommentsAndStrings(source: string): string {
+  const out = source.split("");
+  let i = 0;
+  const blank = (from: number, to: number) => {
+    for (let k = from; k < to; k++) if (out[k] !== "\n") out[k] = " ";
+  };
+  const templateDepth: number[] = [];
+  let braceDepth = 0;
+  while (i < source.length) {
+    const c = source[i], next = source[i + 1];
+    if (c === "/" && next === "/") {
+      const end = source.indexOf("\n", i);
+      const stop = end === -1 ? source.length : end;
+      blank(i, stop);
+      i = stop;
+    } else if (c === "/" && next === "*") {
+      const end = source.indexOf("*/", i + 2);
+      const stop = end === -1 ? source.length : end + 2;
+      blank(i, stop);
+      i = stop;
+    } else if (c === '"' || c === "'") {
+      let k = i + 1;
+      while (k < source.length && source[k] !== c && source[k] !== "\n") k += source[k] === "\\" ? 2 : 1;
+      blank(i + 1, k);
+      i = k + 1;
+    } else if (c === "`" || (c === "}" && templateDepth.at(-1) === braceDepth)) {
+      if (c === "}") templateDepth.pop();
+      let k = i + 1;
+      while (k < source.length && source[k] !== "`" && !(source[k] === "$" && source[k + 1] === "{")) {
+        k += source[k] === "\\" ? 2 : 1;
+      }
+      blank(i + 1, k);
+      if (source[k] === "$") {
+        templateDepth.push(braceDepth);
+        i = k + 2;
+      } else {
+        i = k + 1;
+      }
+    } else {
+      if (c === "{") braceDepth++;
+      else if (c === "}") braceDepth--;
+      i++;
+    }
+  }
+  return out.join("");
+}

@@ -1,0 +1,130 @@
+/**
+ * @module
+ * A simulation Worker: runs whole simulations for the host (the sweep's pool,
+ * or `run` with a router plugin), one message per run. A Worker started with
+ * a plugin loads it once, by dynamic `import()`, with no permission but
+ * reading the plugin's directory and `actors/`; while the plugin decides, a
+ * shared watch buffer tells the host which request it is deciding, so the
+ * host's watchdog can end a run that hangs in user code.
+ */
+/// <reference lib="deno.worker" />
+import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import { SimulationError, type SimulationErrorKind } from "../actors/runtime/simulation_error.ts";
+import type { RoutingPolicy } from "../actors/policies/policy.ts";
+import { loadPolicyModule } from "../actors/policies/plugin_policy.ts";
+import { TraceFormatError } from "../actors/trace_reader.ts";
+import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
+
+/** Host → Worker. */
+export type SimulationWorkerCommand =
+  | {
+    readonly type: "init";
+    /** The shared watch buffer (see {@linkcode WatchSlot}). */
+    readonly watch: SharedArrayBuffer;
+    /** A router plugin to load (`file:` URL); it replaces every run's policy. */
+    readonly pluginUrl?: string;
+  }
+  | { readonly type: "run"; readonly id: number; readonly config: SimulationConfig };
+
+/** Worker → host. */
+export type SimulationWorkerReply =
+  | { readonly type: "ready"; readonly pluginName?: string }
+  | { readonly type: "load_failed"; readonly message: string }
+  | { readonly type: "result"; readonly id: number; readonly result: RunResult; readonly wallMs: number }
+  | {
+    readonly type: "error";
+    readonly id: number;
+    readonly kind: SimulationErrorKind;
+    /** The failure without kind and location (`SimulationError.detail`). */
+    readonly detail: string;
+    readonly actor?: string;
+    readonly messageType?: string;
+    readonly timeMs?: number;
+    /** Set when the run failed on a malformed trace (a usage error): where and why. */
+    readonly traceFormat?: { readonly file: string; readonly line: number; readonly reason: string };
+  };
+
+let watch: WatchSlot | undefined;
+let policy: RoutingPolicy | undefined;
+
+const reply = (message: SimulationWorkerReply) => self.postMessage(message);
+
+/**
+ * Deno's permission message without its advice to re-run with a flag (which
+ * cannot apply to a plugin), plus what a plugin may do.
+ */
+export function explainPermission(message: string): string {
+  if (!/^Requires \w+ access/.test(message)) return message;
+  return `${message.replace(/, run again with the --allow-[\w-]+ flag.*$/s, "")} ` +
+    `(a router plugin has no permission but reading its own directory and actors/)`;
+}
+
+/** Wraps the plugin so the watch buffer shows each decision while it runs. */
+function watched(plugin: RoutingPolicy, slot: WatchSlot): RoutingPolicy {
+  const name = plugin.name;
+  const choose = plugin.choose.bind(plugin);
+  return {
+    name,
+    choose(request, view, random) {
+      slot.enterDecision(request.id, request.arrivalMs);
+      const choice = choose(request, view, random);
+      slot.leaveDecision();
+      return choice;
+    },
+  };
+}
+
+async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>): Promise<void> {
+  const slot = new WatchSlot(command.watch);
+  watch = slot;
+  if (command.pluginUrl === undefined) return reply({ type: "ready" });
+  slot.setPhase(WorkerPhase.Loading);
+  try {
+    const plugin = await loadPolicyModule(command.pluginUrl);
+    policy = watched(plugin, slot);
+    slot.setPhase(WorkerPhase.Idle);
+    reply({ type: "ready", pluginName: plugin.name });
+  } catch (error) {
+    slot.setPhase(WorkerPhase.Idle);
+    const message = String((error as Error)?.message ?? error).split("\n")[0];
+    reply({ type: "load_failed", message: explainPermission(message) });
+  }
+}
+
+function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
+  const { id, config } = command;
+  watch?.startTask(id);
+  try {
+    const start = performance.now();
+    const result = simulate(config, { policy });
+    reply({ type: "result", id, result, wallMs: performance.now() - start });
+  } catch (error) {
+    const trace = error instanceof TraceFormatError
+      ? error
+      : error instanceof SimulationError && error.cause instanceof TraceFormatError
+      ? error.cause
+      : undefined;
+    const traceFormat = trace && {
+      file: trace.file,
+      line: trace.line,
+      reason: trace.message.slice(`${trace.file}:${trace.line}: `.length),
+    };
+    if (error instanceof SimulationError) {
+      const { kind, actor, messageType, timeMs } = error;
+      const detail = explainPermission(error.detail);
+      reply({ type: "error", id, kind, detail, actor, messageType, timeMs, traceFormat });
+    } else {
+      const detail = explainPermission(String((error as Error)?.message ?? error).split("\n")[0]);
+      reply({ type: "error", id, kind: "actor_threw", detail, traceFormat });
+    }
+  } finally {
+    watch?.leaveDecision();
+    watch?.setPhase(WorkerPhase.Idle);
+  }
+}
+
+self.onmessage = (event: MessageEvent<SimulationWorkerCommand>) => {
+  const command = event.data;
+  if (command.type === "init") return void init(command);
+  run(command);
+};

@@ -1,0 +1,129 @@
+/** The pooled Worker runtime: many actors per Worker, each with its own stream, in the kernel's exact order. */
+import { assert, assertEquals, assertGreater, assertRejects } from "@std/assert";
+import { type ActorRef, Kernel, type Message } from "../actors/runtime/kernel.ts";
+import { createRandomStream } from "../actors/runtime/random_stream.ts";
+import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { WallClock } from "../actors/runtime/wall_clock.ts";
+import { WorkerRuntime } from "../actors/runtime/worker_runtime.ts";
+import { systemWallTime } from "../scenarios/wall_time.ts";
+import { createRelay, type Hop, type Token } from "./fixtures/pooled_actors.ts";
+import { Recorder } from "./_recorder.ts";
+
+const ENTRY = new URL("./fixtures/pooled_worker.ts", import.meta.url);
+const RELAYS = 7;
+const TOKENS = 5;
+
+/** Sends each token to a relay, all at time 0 and 1 (ties between Workers from the first hop). */
+function startTokens(
+  send: (to: ActorRef<Token>, message: Token, delayMs: number) => void,
+  relays: ActorRef<Token>[],
+  replyTo: ActorRef<Hop>,
+) {
+  for (let token = 0; token < TOKENS; token++) {
+    send(
+      relays[token % relays.length],
+      { type: "token", token, hops: 40, peers: relays, replyTo },
+      token % 2,
+    );
+  }
+}
+
+Deno.test("a pool of 2 Workers hosting 7 relays delivers in the virtual kernel's order, each relay with its own stream", async () => {
+  const kernel = new Kernel({ seed: 11 });
+  const expected = new Recorder<Hop>();
+  const expectedSink = kernel.spawn("sink", expected);
+  const virtualRelays = Array.from({ length: RELAYS }, (_, i) => kernel.spawn(`relay/${i}`, createRelay()));
+  startTokens((to, m, d) => kernel.send(to, m, d), virtualRelays, expectedSink);
+  kernel.run();
+
+  const runtime = new WorkerRuntime({ seed: 11, wallTime: systemWallTime, poolSize: 2 });
+  try {
+    const recorder = new Recorder<Hop>();
+    const sink = runtime.spawnLocal("sink", recorder);
+    const relays = Array.from(
+      { length: RELAYS },
+      (_, i) => runtime.spawnRemote<Token>(`relay/${i}`, { entry: ENTRY, factory: "createRelay", args: [] }),
+    );
+    assertEquals(runtime.workerCount, 2);
+    startTokens((to, m, d) => runtime.kernel.send(to, m, d), relays, sink);
+    await runtime.start();
+    await runtime.run(new WallClock(systemWallTime, 1000));
+
+    assertEquals(recorder.received.length, TOKENS * 41);
+    assertEquals(recorder.received, expected.received);
+    // Ties happened (so the order was at stake) and every relay drew from its own stream.
+    const times = recorder.received.map((r) => r.timeMs);
+    assertGreater(times.length - new Set(times).size, 20);
+    for (let i = 0; i < RELAYS; i++) {
+      const draws = recorder.received.filter((r) => r.message.by === `relay/${i}`).map((r) => r.message.draw);
+      const stream = createRandomStream(11, `relay/${i}`);
+      assert(draws.length > 0, `relay/${i} never handled a token`);
+      assertEquals(draws, draws.map(() => stream()));
+    }
+  } finally {
+    runtime.terminate();
+  }
+});
+
+Deno.test("an actor that ends its pooled Worker with close() fails the run at once, naming it and its message", async () => {
+  const runtime = new WorkerRuntime({
+    seed: 1,
+    wallTime: systemWallTime,
+    poolSize: 1,
+    handlerTimeoutMs: 60_000,
+  });
+  try {
+    runtime.spawnRemote("relay", { entry: ENTRY, factory: "createRelay", args: [] });
+    const closer = runtime.spawnRemote<Message>("closer", {
+      entry: ENTRY,
+      factory: "createCloser",
+      args: [],
+    });
+    runtime.kernel.send(closer, { type: "poke" }, 3);
+    await runtime.start();
+    const error = await assertRejects(
+      () => runtime.run(new WallClock(systemWallTime, 1000)),
+      SimulationError,
+      "the Worker was ended by close()",
+    );
+    assertEquals([error.kind, error.actor, error.messageType, error.timeMs], [
+      "worker_crashed",
+      "closer",
+      "poke",
+      3,
+    ]);
+  } finally {
+    runtime.terminate();
+  }
+});
+
+Deno.test("an actor whose Worker ends without a word fails the run at its delivery timeout", async () => {
+  const runtime = new WorkerRuntime({
+    seed: 1,
+    wallTime: systemWallTime,
+    poolSize: 1,
+    handlerTimeoutMs: 200,
+  });
+  try {
+    const quitter = runtime.spawnRemote<Message>("quitter", {
+      entry: ENTRY,
+      factory: "createSilentQuitter",
+      args: [],
+    });
+    runtime.kernel.send(quitter, { type: "poke" }, 2);
+    await runtime.start();
+    const error = await assertRejects(
+      () => runtime.run(new WallClock(systemWallTime, 1000)),
+      SimulationError,
+      'did not answer message "poke" within 200 ms of wall time',
+    );
+    assertEquals([error.kind, error.actor, error.messageType, error.timeMs], [
+      "actor_timeout",
+      "quitter",
+      "poke",
+      2,
+    ]);
+  } finally {
+    runtime.terminate();
+  }
+});
