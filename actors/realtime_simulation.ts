@@ -10,7 +10,7 @@ import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./p
 import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
-import { type LagStats, WorkerRuntime } from "./runtime/worker_runtime.ts";
+import { type LagStats, type Outgoing, WorkerRuntime } from "./runtime/worker_runtime.ts";
 import type { RunResult, SimulationConfig } from "./simulation.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
@@ -37,6 +37,11 @@ export interface RealtimeOptions {
    * Worker, which may read the plugin's directory and `actors/`, nothing else.
    */
   readonly pluginUrl?: string;
+  /**
+   * What the plugin's Worker may read, from the host's import-graph check
+   * (the graph's files and `actors/`). @default the plugin's directory and `actors/`
+   */
+  readonly pluginReadPaths?: readonly string[];
   /**
    * Wall ms the plugin may take to load, and to answer each message to the
    * router (in place of `handlerTimeoutMs`); past it the run fails with
@@ -110,6 +115,7 @@ export async function simulateRealtime(
         }),
     );
     const plugin = options.pluginUrl;
+    const instanceRefs = new Set<number>(instances);
     const router = runtime.spawnRemote<RouteCommand>("router", {
       entry: ENTRY,
       factory: "createRouter",
@@ -117,11 +123,18 @@ export async function simulateRealtime(
       ownWorker: true,
       ...(plugin
         ? {
-          permissions: { ...NO_PERMISSIONS, read: [new URL(".", plugin), ACTORS_DIR] },
+          permissions: {
+            ...NO_PERMISSIONS,
+            read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
+          },
           label: `plugin ${plugin.split("/").pop()}`,
           timeoutMs: options.pluginTimeoutMs ?? 5000,
           timeoutKind: "plugin_timeout",
           describe: describeRouted,
+          // A router sends only "serve" commands to instances, never later than now.
+          mayEmit: (out: Outgoing) =>
+            out?.op === "send" && instanceRefs.has(out.to) && out.message?.type === "serve" &&
+            out.delayMs === 0,
         }
         : {}),
     });

@@ -161,7 +161,7 @@ process; with no PART, all of them in turn.
 async function runParts(names: readonly string[]): Promise<void> {
   for (const name of names) {
     const { code } = await new Deno.Command("deno", {
-      args: ["run", "--allow-read", fileURLToPath(import.meta.url), "--part", name],
+      args: ["run", "--no-prompt", "--allow-read", fileURLToPath(import.meta.url), "--part", name],
       cwd: fileURLToPath(new URL("../", import.meta.url)),
       stdout: "inherit",
       stderr: "inherit",

@@ -254,6 +254,11 @@ function setAt(target: Record<string, unknown>, path: readonly string[], value: 
   node[path[path.length - 1]] = value;
 }
 
+/** A message on one line: text a plugin (or a file) put on several lines is joined with " / ". */
+export function oneLine(message: string): string {
+  return message.replace(/\s*\n\s*/g, " / ");
+}
+
 /**
  * Runs a command-line entry point with the exit-code contract: a
  * {@linkcode UsageError} prints one line and exits 2, a
@@ -288,7 +293,7 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
       Deno.exit(2);
     }
     if (error instanceof UsageError) {
-      console.error(`error: ${error.message}`);
+      console.error(`error: ${oneLine(error.message)}`);
       Deno.exit(2);
     }
     const traceError = error instanceof TraceFormatError
@@ -297,11 +302,11 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
       ? error.cause
       : undefined;
     if (traceError) {
-      console.error(`error: ${traceError.message}`);
+      console.error(`error: ${oneLine(traceError.message)}`);
       Deno.exit(2);
     }
     if (error instanceof SimulationError) {
-      console.error(`run failed: ${error.message}`);
+      console.error(`run failed: ${oneLine(error.message)}`);
       Deno.exit(1);
     }
     // A full disk, a read-only directory…: the path and the OS's reason, not a stack trace.

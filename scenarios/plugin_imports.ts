@@ -42,40 +42,85 @@ export async function pluginImportRules(pluginPath: string): Promise<ImportRules
   };
 }
 
-/** The directories a plugin's Worker may read: exactly the rules' roots. */
-export function pluginReadRoots(rules: ImportRules): string[] {
-  return [...rules.roots];
-}
+/** Largest module file a plugin may import: a router is code, not data. */
+const MAX_MODULE_BYTES = 5 * 2 ** 20;
 
 /**
  * Walks the plugin's import graph from `entryPath` and throws on the first
- * import outside the rules.
+ * import outside the rules. Every file reached must be a regular file of at
+ * most 5 MiB whose real path (symlinks followed) is inside the real path of a
+ * root: a symlink in the plugin's directory cannot lead outside it.
+ *
+ * @returns what the plugin's Worker must be able to read: each file of the
+ *   graph outside the trusted roots (as written and as real path), then the
+ *   trusted roots themselves. Granting files, not the plugin's directory,
+ *   keeps a symlink beside the plugin from opening the rest of the disk.
  * @throws {UsageError} naming the importing file, the specifier and why it is refused.
  */
-export async function checkPluginImports(entryPath: string, rules: ImportRules): Promise<void> {
+export async function checkPluginImports(entryPath: string, rules: ImportRules): Promise<string[]> {
+  const realRoots = await Promise.all(rules.roots.map((root) => Deno.realPath(root).catch(() => root)));
+  const realTrusted = await Promise.all(
+    rules.trustedRoots.map((root) => Deno.realPath(root).catch(() => root)),
+  );
+  const readable = new Set<string>();
   const seen = new Set<string>();
-  const queue = [resolve(entryPath)];
+  const entry = resolve(entryPath);
+  const queue: { file: string; where: string }[] = [{ file: entry, where: "--router" }];
   while (queue.length > 0) {
-    const file = queue.pop()!;
+    const { file, where } = queue.pop()!;
     if (seen.has(file)) continue;
     seen.add(file);
-    let source: string;
-    try {
-      source = await Deno.readTextFile(file);
-    } catch (error) {
-      throw new UsageError(`--router: cannot read "${file}": ${(error as Error).message}`);
+    const real = await checkedFile(file, realRoots, where);
+    if (within(real, realTrusted)) continue;
+    readable.add(file).add(real);
+    if (!isScript(file)) continue;
+    if (/\.c[jt]s$/.test(file)) {
+      throw new UsageError(
+        `${where}: "${
+          relativeName(file)
+        }" is CommonJS, which a plugin may not use (require() escapes the check)`,
+      );
     }
+    const source = await Deno.readTextFile(real);
     for (const found of findImports(source)) {
-      const where = `--router: ${relativeName(file)}`;
+      if (found.typeOnly) continue;
+      const at = `--router: ${relativeName(file)}`;
       if (found.specifier === undefined) {
         throw new UsageError(
-          `${where}: import() with a computed specifier cannot be checked before loading; import a string literal`,
+          `${at}: import() with a computed specifier cannot be checked before loading; import a string literal`,
         );
       }
-      const target = resolveTarget(found.specifier, file, rules, where);
-      if (target !== undefined && isScript(target) && !within(target, rules.trustedRoots)) queue.push(target);
+      const target = resolveTarget(found.specifier, file, rules, at);
+      if (target !== undefined) queue.push({ file: target, where: `${at}: import "${found.specifier}"` });
     }
   }
+  return [...readable, ...realTrusted];
+}
+
+/** The real path of `file`, checked: a regular file, not too large, inside a root. */
+async function checkedFile(file: string, realRoots: readonly string[], where: string): Promise<string> {
+  let real: string, info: Deno.FileInfo;
+  try {
+    real = await Deno.realPath(file);
+    info = await Deno.stat(real);
+  } catch (error) {
+    const reason = error instanceof Deno.errors.NotFound ? "no such file" : (error as Error).message;
+    throw new UsageError(`${where}: cannot read "${relativeName(file)}": ${reason}`);
+  }
+  if (!within(real, realRoots)) {
+    throw new UsageError(
+      `${where}: "${
+        relativeName(file)
+      }" leads through a symlink outside the plugin's directory and actors/ (to ${real})`,
+    );
+  }
+  if (!info.isFile) throw new UsageError(`${where}: "${relativeName(file)}" is not a regular file`);
+  if (info.size > MAX_MODULE_BYTES) {
+    throw new UsageError(
+      `${where}: "${relativeName(file)}" is ${info.size} bytes, over the 5 MiB a plugin module may have`,
+    );
+  }
+  return real;
 }
 
 /** The file a specifier resolves to, `undefined` for an allowed package; throws when refused. */
@@ -140,6 +185,8 @@ function relativeName(path: string): string {
 /** One import found in a source: its specifier, or `undefined` for a computed `import(...)`. */
 export interface FoundImport {
   readonly specifier: string | undefined;
+  /** `import type …` / `export type … from`: erased before the module runs, so never loaded. */
+  readonly typeOnly?: boolean;
 }
 
 /**
@@ -161,7 +208,7 @@ export function findImports(source: string): FoundImport[] {
   for (const pattern of patterns) {
     for (const m of code.matchAll(pattern)) {
       if (!isKeyword(code, m.index!)) continue;
-      found.push({ specifier: literalAt(m.index! + m[0].length) });
+      found.push({ specifier: literalAt(m.index! + m[0].length), typeOnly: isTypeOnly(code, m.index!) });
     }
   }
   for (const m of code.matchAll(/\bimport\s*\(\s*/g)) {
@@ -173,6 +220,15 @@ export function findImports(source: string): FoundImport[] {
     found.push({ specifier: after.startsWith(")") || after.startsWith(",") ? specifier : undefined });
   }
   return found;
+}
+
+/** Whether the statement ending in `from` at `index` is `import type …` or `export type …`. */
+function isTypeOnly(code: string, index: number): boolean {
+  const before = code.slice(0, index);
+  const start = Math.max(before.lastIndexOf("import"), before.lastIndexOf("export"));
+  if (start < 0) return false;
+  // `import type from "./x.ts"` imports a default export named `type`: not type-only.
+  return /^(import|export)\s+type\s+(?!from\b)[\w${*]/.test(code.slice(start, index + 4));
 }
 
 /** Not a property (`x.import`, `x.from`) and not part of a longer name. */

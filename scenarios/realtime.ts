@@ -173,6 +173,7 @@ if (import.meta.main) {
         pluginUrl: plugin?.url,
         policyName: plugin?.name,
         pluginTimeoutMs: pluginTimeout,
+        pluginReadPaths: plugin?.readPaths,
         onDeliver: view.observe,
         signal: abort.signal,
         handlerTimeoutMs,

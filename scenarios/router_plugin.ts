@@ -7,7 +7,7 @@
  */
 import { pathToFileURL } from "node:url";
 import { resolve } from "node:path";
-import { checkPluginImports, pluginImportRules, pluginReadRoots } from "./plugin_imports.ts";
+import { checkPluginImports, pluginImportRules } from "./plugin_imports.ts";
 import { UsageError } from "./usage_error.ts";
 import { DEFAULT_PLUGIN_TIMEOUT_MS, loadInSandbox, type SandboxPlugin } from "./worker_pool.ts";
 
@@ -44,13 +44,8 @@ export async function loadRouterPlugin(
     if (error instanceof UsageError) throw error;
     throw new UsageError(`--router: cannot read "${path}": no such file`);
   }
-  const rules = await pluginImportRules(absolute);
-  await checkPluginImports(absolute, rules);
-  const plugin: SandboxPlugin = {
-    url: pathToFileURL(absolute).href,
-    path,
-    readRoots: pluginReadRoots(rules),
-  };
+  const readPaths = await checkPluginImports(absolute, await pluginImportRules(absolute));
+  const plugin: SandboxPlugin = { url: pathToFileURL(absolute).href, path, readPaths };
   const name = await loadInSandbox(plugin, options.timeoutMs ?? DEFAULT_PLUGIN_TIMEOUT_MS);
   return { ...plugin, name };
 }

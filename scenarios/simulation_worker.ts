@@ -19,6 +19,12 @@ import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
 export type SimulationWorkerCommand =
   | {
     readonly type: "init";
+    /**
+     * The private channel for every later command and reply, captured before
+     * any plugin code runs: a plugin's own `self.postMessage` reaches a
+     * listener that ignores it, and it never sees this port.
+     */
+    readonly port: MessagePort;
     /** The shared watch buffer (see {@linkcode WatchSlot}). */
     readonly watch: SharedArrayBuffer;
     /** A router plugin to load (`file:` URL); it replaces every run's policy. */
@@ -46,8 +52,11 @@ export type SimulationWorkerReply =
 
 let watch: WatchSlot | undefined;
 let policy: RoutingPolicy | undefined;
+let pluginExpected = false;
+let reply: (message: SimulationWorkerReply) => void = () => {};
 
-const reply = (message: SimulationWorkerReply) => self.postMessage(message);
+/** A plugin's name goes into reports and terminals: one short line of printable text. */
+const PLUGIN_NAME = /^[\x20-\x7e]{1,80}$/;
 
 /**
  * Deno's permission message without its advice to re-run with a flag (which
@@ -56,7 +65,7 @@ const reply = (message: SimulationWorkerReply) => self.postMessage(message);
 export function explainPermission(message: string): string {
   if (!/^Requires \w+ access/.test(message)) return message;
   return `${message.replace(/, run again with the --allow-[\w-]+ flag.*$/s, "")} ` +
-    `(a router plugin has no permission but reading its own directory and actors/)`;
+    `(a router plugin has no permission but reading the files it imports and actors/)`;
 }
 
 /** Wraps the plugin so the watch buffer shows each decision while it runs. */
@@ -67,7 +76,12 @@ function watched(plugin: RoutingPolicy, slot: WatchSlot): RoutingPolicy {
     name,
     choose(request, view, random) {
       slot.enterDecision(request.id, request.arrivalMs);
-      const choice = choose(request, view, random);
+      const choice: unknown = choose(request, view, random);
+      // Checked while the watch still shows the decision: an object's
+      // toString could otherwise spin in the router, unwatched.
+      if (typeof choice !== "number") {
+        throw new TypeError(`choose returned ${typeof choice}, expected an instance index`);
+      }
       slot.leaveDecision();
       return choice;
     },
@@ -77,10 +91,24 @@ function watched(plugin: RoutingPolicy, slot: WatchSlot): RoutingPolicy {
 async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>): Promise<void> {
   const slot = new WatchSlot(command.watch);
   watch = slot;
+  const port = command.port;
+  const post = port.postMessage.bind(port);
+  reply = (message) => post(message);
+  port.onmessage = (event: MessageEvent<SimulationWorkerCommand>) => {
+    if (event.data.type === "run") run(event.data);
+  };
   if (command.pluginUrl === undefined) return reply({ type: "ready" });
+  pluginExpected = true;
   slot.setPhase(WorkerPhase.Loading);
   try {
     const plugin = await loadPolicyModule(command.pluginUrl);
+    if (typeof plugin.name !== "string" || !PLUGIN_NAME.test(plugin.name)) {
+      throw new TypeError(
+        `its name must be 1 to 80 printable ASCII characters, got ${
+          JSON.stringify(String(plugin.name)).slice(0, 100)
+        }`,
+      );
+    }
     policy = watched(plugin, slot);
     slot.setPhase(WorkerPhase.Idle);
     reply({ type: "ready", pluginName: plugin.name });
@@ -94,6 +122,10 @@ async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>)
 function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
   const { id, config } = command;
   watch?.startTask(id);
+  if (pluginExpected && policy === undefined) {
+    // Never fall back to the scenario's built-in policy in a plugin's Worker.
+    return reply({ type: "error", id, kind: "actor_threw", detail: "the router plugin is not loaded" });
+  }
   try {
     const start = performance.now();
     const result = simulate(config, { policy });
@@ -111,7 +143,7 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
     };
     if (error instanceof SimulationError) {
       const { kind, actor, messageType, timeMs } = error;
-      const detail = explainPermission(error.detail);
+      const detail = explainPermission(error.detail.split("\n")[0]);
       reply({ type: "error", id, kind, detail, actor, messageType, timeMs, traceFormat });
     } else {
       const detail = explainPermission(String((error as Error)?.message ?? error).split("\n")[0]);
@@ -123,8 +155,8 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
   }
 }
 
+// Only the first message (init) comes this way; the rest use its private port.
 self.onmessage = (event: MessageEvent<SimulationWorkerCommand>) => {
-  const command = event.data;
-  if (command.type === "init") return void init(command);
-  run(command);
+  self.onmessage = null;
+  if (event.data.type === "init") void init(event.data);
 };

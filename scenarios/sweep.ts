@@ -9,7 +9,7 @@ import cliProgress from "cli-progress";
 import { join } from "node:path";
 import type { RunResult } from "../actors/simulation.ts";
 import { writeFilesAtomic } from "./atomic_write.ts";
-import { parseFlags, pluginTimeoutMs, runCommand } from "./command_line.ts";
+import { oneLine, parseFlags, pluginTimeoutMs, runCommand } from "./command_line.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
 import { readJsonFile } from "./scenario.ts";
@@ -345,7 +345,9 @@ if (import.meta.main) {
       if (error instanceof SimulationError && !(error.cause instanceof TraceFormatError)) {
         // A failed run (a plugin's fault, say) ends the sweep as Ctrl-C does: the journal is kept.
         console.error(
-          `run failed: ${error.message}; ${done.size} of ${mine.length} points are recorded in ${journalFile} ` +
+          `run failed: ${
+            oneLine(error.message)
+          }; ${done.size} of ${mine.length} points are recorded in ${journalFile} ` +
             `(after fixing the cause, run the same command with --resume). Previous results in ${out}/ are untouched`,
         );
         Deno.exit(1);

@@ -30,8 +30,8 @@ export interface SandboxPlugin {
   readonly path: string;
   /** Its `name`, once known. */
   readonly name?: string;
-  /** Directories its Worker may read: its own and `actors/`. */
-  readonly readRoots: readonly string[];
+  /** What its Worker may read: the files of its import graph and `actors/` (see scenarios/plugin_imports.ts). */
+  readonly readPaths: readonly string[];
 }
 
 /** Default bound on one routing decision and on a plugin's loading, wall ms. */
@@ -86,11 +86,15 @@ class SimulationWorker {
   taskSince = 0;
   decisions = -1;
   decisionSince = 0;
+  /** Decisions counted when the run last made progress, and since when (wall ms). */
+  progressDecisions = -1;
+  progressSince = 0;
+  readonly #port: MessagePort;
   onReply: (reply: SimulationWorkerReply) => void = () => {};
   onCrash: (message: string) => void = () => {};
 
   constructor(readonly plugin: SandboxPlugin | undefined, readPaths: readonly string[]) {
-    const read = [...(plugin?.readRoots ?? []), ...readPaths];
+    const read = [...(plugin?.readPaths ?? []), ...readPaths];
     this.worker = new Worker(new URL("./simulation_worker.ts", import.meta.url), {
       type: "module",
       name: plugin ? `plugin ${plugin.path}` : "simulation",
@@ -98,15 +102,19 @@ class SimulationWorker {
     });
     const buffer = WatchSlot.create();
     this.watch = new WatchSlot(buffer);
+    const channel = new MessageChannel();
+    this.#port = channel.port1;
+    // Whatever a plugin posts with its Worker's own postMessage lands here, unread.
+    this.worker.onmessage = () => {};
     this.ready = new Promise((resolve, reject) => {
-      this.worker.onmessage = (event: MessageEvent<SimulationWorkerReply>) => {
+      this.#port.onmessage = (event: MessageEvent<SimulationWorkerReply>) => {
         const reply = event.data;
-        if (reply.type === "ready") {
+        if (reply?.type === "ready" && !this.loaded) {
           this.loaded = true;
-          this.worker.onmessage = (e: MessageEvent<SimulationWorkerReply>) => this.onReply(e.data);
+          this.#port.onmessage = (e: MessageEvent<SimulationWorkerReply>) => this.onReply(e.data);
           resolve(reply.pluginName);
-        } else if (reply.type === "load_failed") {
-          reject(loadError(plugin!, reply.message));
+        } else if (reply?.type === "load_failed") {
+          reject(loadError(plugin!, String(reply.message).split("\n")[0]));
         }
       };
       this.worker.onerror = (event) => {
@@ -123,14 +131,26 @@ class SimulationWorker {
       };
     });
     this.worker.postMessage(
-      { type: "init", watch: buffer, pluginUrl: plugin?.url } satisfies SimulationWorkerCommand,
+      {
+        type: "init",
+        port: channel.port2,
+        watch: buffer,
+        pluginUrl: plugin?.url,
+      } satisfies SimulationWorkerCommand,
+      [channel.port2],
     );
   }
 
   run(id: number, config: SimulationConfig): void {
     this.task = id;
     this.taskSince = performance.now();
-    this.worker.postMessage({ type: "run", id, config } satisfies SimulationWorkerCommand);
+    this.progressDecisions = -1;
+    this.#port.postMessage({ type: "run", id, config } satisfies SimulationWorkerCommand);
+  }
+
+  terminate(): void {
+    this.#port.close();
+    this.worker.terminate();
   }
 }
 
@@ -140,6 +160,19 @@ function loadError(plugin: SandboxPlugin, message: string): UsageError {
     ? "failed to load"
     : "is not a router plugin";
   return new UsageError(`--router: "${plugin.path}" ${what}: ${message}`);
+}
+
+/** A `resource_exhausted` error when the process is over a plugin run's memory budget. */
+export function memoryVerdict(plugin: SandboxPlugin): SimulationError | undefined {
+  const rss = Deno.memoryUsage().rss;
+  if (rss <= PLUGIN_MEMORY_BUDGET_BYTES) return undefined;
+  return new SimulationError(
+    "resource_exhausted",
+    `the run with plugin ${plugin.name ?? plugin.path} used ${(rss / 2 ** 20).toFixed(0)} MB, over the ${
+      PLUGIN_MEMORY_BUDGET_BYTES / 2 ** 20
+    } MB budget of a plugin run`,
+    { actor: pluginActor(plugin) },
+  );
 }
 
 /** How a plugin is named in errors: `router (plugin NAME)`. */
@@ -177,6 +210,19 @@ function watchdogVerdict(w: SimulationWorker, now: number, timeoutMs: number): S
       { actor },
     );
   }
+  // Progress: a plugin run routes requests all along. One in which no routing
+  // decision starts for the timeout is stuck outside `choose` (in code the
+  // plugin patched, say), whatever else the Worker reports.
+  if (seen.decisions !== w.progressDecisions) {
+    w.progressDecisions = seen.decisions;
+    w.progressSince = now;
+  } else if (seen.phase !== WorkerPhase.Deciding && now - w.progressSince > timeoutMs) {
+    return new SimulationError(
+      "plugin_timeout",
+      `plugin ${plugin.name}'s run made no progress for ${timeoutMs} ms (no routing decision started; last was request ${seen.requestId})`,
+      { actor, timeMs: seen.timeMs },
+    );
+  }
   if (seen.phase !== WorkerPhase.Deciding) return undefined;
   if (seen.decisions !== w.decisions) {
     w.decisions = seen.decisions;
@@ -201,15 +247,27 @@ export function loadInSandbox(plugin: SandboxPlugin, timeoutMs: number): Promise
   const w = new SimulationWorker(plugin, []);
   return new Promise<string>((resolve, reject) => {
     const timer = setInterval(() => {
-      const verdict = watchdogVerdict(w, performance.now(), timeoutMs);
+      const verdict = watchdogVerdict(w, performance.now(), timeoutMs) ?? memoryVerdict(plugin);
       if (verdict) reject(verdict);
     }, Math.min(250, Math.max(10, timeoutMs / 5)));
     w.onCrash = (message) => reject(loadError(plugin, message));
     w.ready.then((name) => resolve(name!), reject).finally(() => {
       clearInterval(timer);
-      w.worker.terminate();
+      w.terminate();
     });
-  }).finally(() => w.worker.terminate());
+  }).finally(() => w.terminate());
+}
+
+/** A well-formed result reply: counts and the policy's name where a report needs them. */
+function isRunResult(
+  reply: SimulationWorkerReply,
+): reply is Extract<SimulationWorkerReply, { type: "result" }> {
+  if (reply.type !== "result" || typeof reply.wallMs !== "number") return false;
+  const r = reply.result as Partial<RunResult> | null;
+  return r !== null && typeof r === "object" && typeof r.policy === "string" &&
+    ["requests", "completed", "dropped", "inFlight", "simulatedMs", "messages"].every((k) =>
+      Number.isFinite((r as Record<string, unknown>)[k])
+    );
 }
 
 /** The error a Worker's "error" reply stands for. */
@@ -218,9 +276,12 @@ function replyError(
   plugin: SandboxPlugin | undefined,
   nameRun: boolean,
 ): Error {
-  const { kind, messageType, timeMs, traceFormat } = reply;
+  const { kind, messageType, timeMs } = reply;
+  // A plugin's Worker cannot claim the user's trace is malformed (that would be exit 2).
+  const traceFormat = plugin ? undefined : reply.traceFormat;
+  const firstLine = String(reply.detail).split("\n")[0];
   // Among many runs (a sweep), say which one failed.
-  const detail = nameRun ? `run ${reply.id}: ${reply.detail}` : reply.detail;
+  const detail = nameRun ? `run ${reply.id}: ${firstLine}` : firstLine;
   const actor = plugin && reply.actor === "router" ? pluginActor(plugin) : reply.actor;
   const cause = traceFormat === undefined
     ? undefined
@@ -256,7 +317,7 @@ export function runOnWorkers(
       if (finished) return;
       finished = true;
       clearInterval(watchdog);
-      for (const w of all) w.worker.terminate();
+      for (const w of all) w.terminate();
       options.signal?.removeEventListener("abort", onAbort);
       if (error) reject(error);
       else resolve(results);
@@ -289,9 +350,16 @@ export function runOnWorkers(
       const w = workerFor(slot, tasks[id].pluginUrl !== undefined);
       w.onReply = (reply) => {
         if (finished) return;
+        // One answer per run given, for that run, of the right shape; anything else is a fault.
+        if ((reply as { id?: unknown })?.id !== w.task || !(reply.type === "error" || isRunResult(reply))) {
+          return finish(
+            new SimulationError("actor_threw", `a simulation Worker answered out of turn for run ${w.task}`, {
+              actor: w.plugin ? pluginActor(w.plugin) : "simulation Worker",
+            }),
+          );
+        }
         w.task = -1;
         if (reply.type === "error") return finish(replyError(reply, w.plugin, tasks.length > 1));
-        if (reply.type !== "result") return;
         results[reply.id] = reply.result;
         options.onWallMs?.(reply.id, reply.wallMs);
         done++;
@@ -312,18 +380,8 @@ export function runOnWorkers(
           const verdict = watchdogVerdict(w, now, timeoutMs);
           if (verdict) return finish(verdict);
         }
-        const rss = Deno.memoryUsage().rss;
-        if (rss > PLUGIN_MEMORY_BUDGET_BYTES) {
-          finish(
-            new SimulationError(
-              "resource_exhausted",
-              `the run with plugin ${options.plugin!.name ?? options.plugin!.path} used ${
-                (rss / 2 ** 20).toFixed(0)
-              } MB, over the ${PLUGIN_MEMORY_BUDGET_BYTES / 2 ** 20} MB budget of a plugin run`,
-              { actor: pluginActor(options.plugin!) },
-            ),
-          );
-        }
+        const verdict = memoryVerdict(options.plugin!);
+        if (verdict) finish(verdict);
       }, pollMs);
     }
   });

@@ -21,6 +21,10 @@ export type WorkerPhase = typeof WorkerPhase[keyof typeof WorkerPhase];
 
 const PHASE = 0, TASK = 1, DECISIONS = 2, REQUEST = 3, INTS = 4;
 
+// Taken when this module loads, before any plugin runs: a plugin that patches
+// `Atomics` cannot see the buffer or fake the Worker's progress.
+const { load, store, add } = Atomics;
+
 /** A view of one Worker's watch buffer; both sides construct one over the same buffer. */
 export class WatchSlot {
   readonly #ints: Int32Array;
@@ -40,34 +44,34 @@ export class WatchSlot {
 
   /** Worker: a new phase. */
   setPhase(phase: WorkerPhase): void {
-    Atomics.store(this.#ints, PHASE, phase);
+    store(this.#ints, PHASE, phase);
   }
 
   /** Worker: run `id` has started. */
   startTask(id: number): void {
-    Atomics.store(this.#ints, TASK, id);
+    store(this.#ints, TASK, id);
   }
 
   /** Worker: the plugin is deciding request `requestId`, which arrived at `timeMs`. */
   enterDecision(requestId: number, timeMs: number): void {
     this.#time[0] = timeMs;
-    Atomics.store(this.#ints, REQUEST, requestId);
-    Atomics.add(this.#ints, DECISIONS, 1);
-    Atomics.store(this.#ints, PHASE, WorkerPhase.Deciding);
+    store(this.#ints, REQUEST, requestId);
+    add(this.#ints, DECISIONS, 1);
+    store(this.#ints, PHASE, WorkerPhase.Deciding);
   }
 
   /** Worker: the decision returned (or threw). */
   leaveDecision(): void {
-    if (this.#ints[PHASE] === WorkerPhase.Deciding) Atomics.store(this.#ints, PHASE, WorkerPhase.Idle);
+    if (this.#ints[PHASE] === WorkerPhase.Deciding) store(this.#ints, PHASE, WorkerPhase.Idle);
   }
 
   /** Host: what the Worker is doing now. */
   read(): { phase: WorkerPhase; task: number; decisions: number; requestId: number; timeMs: number } {
     return {
-      phase: Atomics.load(this.#ints, PHASE) as WorkerPhase,
-      task: Atomics.load(this.#ints, TASK),
-      decisions: Atomics.load(this.#ints, DECISIONS),
-      requestId: Atomics.load(this.#ints, REQUEST),
+      phase: load(this.#ints, PHASE) as WorkerPhase,
+      task: load(this.#ints, TASK),
+      decisions: load(this.#ints, DECISIONS),
+      requestId: load(this.#ints, REQUEST),
       timeMs: this.#time[0],
     };
   }

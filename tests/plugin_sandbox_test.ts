@@ -12,7 +12,9 @@ const ROOT = new URL("..", import.meta.url).pathname;
 Deno.test("findImports sees every import form and nothing inside comments or strings", async (t) => {
   const rows: [name: string, source: string, specifiers: (string | undefined)[]][] = [
     ["named", `import { a } from "./a.ts";`, ["./a.ts"]],
-    ["default and type", `import b from './b.ts';\nimport type { C } from "./c.ts";`, ["./b.ts", "./c.ts"]],
+    ["default and type", `import b from './b.ts';\nimport type { C } from "./c.ts";`, ["./b.ts"]],
+    ["type-only re-export", `export type { D } from "https://evil.example/d.ts";`, []],
+    ["a default import named type", `import type from "./type.ts";`, ["./type.ts"]],
     ["side effect", `import "./side.ts";`, ["./side.ts"]],
     ["re-export", `export * from "./all.ts";\nexport { x as y } from "./x.ts";`, ["./all.ts", "./x.ts"]],
     ["multi-line", `import {\n  a,\n  b,\n} from\n  "./ab.ts";`, ["./ab.ts"]],
@@ -30,10 +32,10 @@ Deno.test("findImports sees every import form and nothing inside comments or str
     ["import.meta", `const u = import.meta.url;`, []],
   ];
   for (const [name, source, expected] of rows) {
-    await t.step(
-      name,
-      () => assertEquals(findImports(source).map((f) => f.specifier).sort(), expected.sort()),
-    );
+    await t.step(name, () => {
+      const loaded = findImports(source).filter((f) => !f.typeOnly).map((f) => f.specifier);
+      assertEquals(loaded.sort(), expected.sort());
+    });
   }
 });
 
@@ -78,4 +80,56 @@ Deno.test("a plugin copy of prefix_aware in its sandbox gives the built-in's num
   const { policy: _q, ...builtInMetrics } = builtIn;
   assertEquals(sandboxMetrics, builtInMetrics);
   assertEquals(sandboxed.policy, "prefix_aware_copy");
+});
+
+Deno.test("a symlink beside the plugin opens nothing outside: import refused, read denied", async () => {
+  const dir = await Deno.makeTempDir();
+  // Deno.symlink needs unscoped write; `deno eval` (all permissions) makes the link.
+  const link = `Deno.symlinkSync("/", ${JSON.stringify(`${dir}/root`)})`;
+  assertEquals((await new Deno.Command("deno", { args: ["eval", link] }).output()).code, 0);
+  // Imported through the link: refused before loading.
+  await Deno.writeTextFile(
+    `${dir}/imports.ts`,
+    `import h from "./root/etc/hostname" with { type: "text" };\nexport default { name: h, choose: () => 0 };`,
+  );
+  const refused = await assertRejects(() => loadRouterPlugin(`${dir}/imports.ts`), UsageError);
+  assert(refused.message.includes("leads through a symlink outside"), refused.message);
+  // Read through the link at load time: the Worker may read only the plugin's own files.
+  await Deno.writeTextFile(
+    `${dir}/reads.ts`,
+    `const h = Deno.readTextFileSync(new URL("./root/etc/hostname", import.meta.url));\n` +
+      `export default { name: "reads", choose: () => h.length % 2 };`,
+  );
+  const denied = await assertRejects(() => loadRouterPlugin(`${dir}/reads.ts`), UsageError);
+  assert(denied.message.includes('failed to load: Requires read access to "' + dir), denied.message);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("the import check refuses a non-file, a CommonJS module and an oversized module without reading them", async () => {
+  const dir = await Deno.makeTempDir();
+  await Deno.mkdir(`${dir}/fifo.ts`); // a FIFO would hang a reader; a directory stands in for any non-file
+  await Deno.writeTextFile(`${dir}/big.ts`, `export const x = "${"x".repeat(6 * 2 ** 20)}";`);
+  await Deno.writeTextFile(`${dir}/old.cjs`, `module.exports = require("node:child_process");`);
+  for (
+    const [target, why] of [["fifo.ts", "is not a regular file"], ["big.ts", "over the 5 MiB"], [
+      "old.cjs",
+      "CommonJS",
+    ]]
+  ) {
+    await Deno.writeTextFile(
+      `${dir}/p.ts`,
+      `import "./${target}";\nexport default { name: "p", choose: () => 0 };`,
+    );
+    const error = await assertRejects(() => loadRouterPlugin(`${dir}/p.ts`), UsageError);
+    assert(error.message.includes(why), error.message);
+  }
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("results a plugin posts on its Worker's own channel are ignored", async () => {
+  const config = parseScenario({ workload: { requests: 500 } });
+  const plugin = await loadRouterPlugin("tests/fixtures/hostile/forged_results.ts", { baseDir: ROOT });
+  const report = await runPluginScenario(config, plugin, 5000);
+  assertEquals([report.policy, report.requests, report.completed], ["forged_results", 500, 500]);
+  assert(report.messages > 500, `messages: ${report.messages}`);
 });

@@ -79,6 +79,12 @@ export interface RemoteActorSpec {
   readonly timeoutKind?: "actor_timeout" | "plugin_timeout";
   /** Names a message in a timeout error, such as `routing request 17`. @default `message "<type>"` */
   readonly describe?: (message: Message) => string | undefined;
+  /**
+   * For an actor running code we did not write (a router plugin): what its
+   * handler may send, schedule or cancel. Anything else — including what a
+   * plugin forges on its Worker's channel — fails the run, naming the actor.
+   */
+  readonly mayEmit?: (out: Outgoing) => boolean;
 }
 
 /** Options for {@linkcode WorkerRuntime}. */
@@ -412,6 +418,8 @@ export class WorkerRuntime {
         const proxy = host.actors[reply.actor];
         if (proxy === undefined || proxy.state === "ready") return;
         if (reply.type === "building") {
+          // Once only: a plugin repeating it must not keep pushing its load deadline back.
+          if (proxy.state !== "spawning") return;
           proxy.state = "building";
           proxy.buildStartedWallMs = this.wallNowMs();
         } else if (reply.type === "ready") {
@@ -452,6 +460,17 @@ export class WorkerRuntime {
   #apply(delivery: PendingDelivery, outbox: readonly Outgoing[]): void {
     const kernel = this.kernel;
     const proxy = delivery.proxy;
+    const fail = (detail: string) =>
+      this.#fail(
+        new SimulationError("actor_threw", detail, {
+          actor: proxy.name,
+          messageType: delivery.message.type,
+          timeMs: delivery.timeMs,
+        }),
+      );
+    if (!Array.isArray(outbox) || (proxy.spec.mayEmit && !outbox.every((out) => proxy.spec.mayEmit!(out)))) {
+      return fail("its Worker answered with messages this actor may not send");
+    }
     try {
       for (const out of outbox) {
         if (out.op === "cancel") {
@@ -478,7 +497,8 @@ export class WorkerRuntime {
         }
       }
     } catch (error) {
-      this.#fail(error as Error);
+      if (error instanceof SimulationError) this.#fail(error);
+      else fail(`its Worker answered with an invalid message: ${(error as Error)?.message ?? error}`);
     }
   }
 
