@@ -10,21 +10,12 @@ import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./p
 import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
-import { type LagStats, type Outgoing, WorkerRuntime } from "./runtime/worker_runtime.ts";
+import { type LagStats, NO_PERMISSIONS, type Outgoing, WorkerRuntime } from "./runtime/worker_runtime.ts";
 import type { RunResult, SimulationConfig } from "./simulation.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
 /** Our actors' directory: a plugin's Worker may read it, so a plugin may import our helpers. */
 const ACTORS_DIR = new URL("./", import.meta.url);
-const NO_PERMISSIONS = {
-  write: false,
-  net: false,
-  env: false,
-  run: false,
-  ffi: false,
-  sys: false,
-  import: false,
-} as const;
 
 /** Options for {@linkcode simulateRealtime}. */
 export interface RealtimeOptions {

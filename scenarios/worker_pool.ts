@@ -10,6 +10,7 @@
  */
 import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { NO_PERMISSIONS } from "../actors/runtime/worker_runtime.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
 import type { SimulationWorkerCommand, SimulationWorkerReply } from "./simulation_worker.ts";
 import { UsageError } from "./usage_error.ts";
@@ -61,17 +62,6 @@ export interface WorkerPoolOptions {
   /** Called with each run's wall time inside its Worker. */
   readonly onWallMs?: (index: number, wallMs: number) => void;
 }
-
-const NO_PERMISSIONS = {
-  read: false,
-  write: false,
-  net: false,
-  env: false,
-  run: false,
-  ffi: false,
-  sys: false,
-  import: false,
-} as const;
 
 /** One Worker of the pool, with its watch buffer and what the watchdog last saw. */
 class SimulationWorker {

@@ -1,19 +1,8 @@
 /** End-to-end tests of `deno task run`'s entry point, run as a subprocess. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+import { runCli } from "./_cli.ts";
 
-const RUN = new URL("../scenarios/run.ts", import.meta.url).pathname;
-const ROOT = new URL("..", import.meta.url).pathname;
-
-async function run(...args: string[]) {
-  const output = await new Deno.Command("deno", {
-    args: ["run", "--allow-read", RUN, ...args],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
+const run = runCli;
 
 Deno.test("run --json prints the contract fields, consistent with each other", async () => {
   const { code, stdout } = await run("--json", "--requests", "2000", "--policy", "least_load");

@@ -5,6 +5,7 @@
  * more than 1% of requests operational, nor best.
  */
 import { assert, assertEquals, assertGreater, assertStringIncludes } from "@std/assert";
+import { runCli } from "./_cli.ts";
 import { parse } from "@std/csv";
 import { simulate } from "../actors/simulation.ts";
 import type { RunResult } from "../actors/simulation.ts";
@@ -13,9 +14,6 @@ import { analyse, formatSummary, isOperational } from "../scenarios/study_findin
 import { parseSweep } from "../scenarios/sweep_spec.ts";
 import { summarise, type SummaryRow, toCsv } from "../scenarios/sweep_summary.ts";
 import { scenario } from "./_scenarios.ts";
-
-const RUN = new URL("../scenarios/run.ts", import.meta.url).pathname;
-const ROOT = new URL("..", import.meta.url).pathname;
 
 /** Fields that are means or ratios over completed requests: null when nothing completed. */
 const NULLABLE = [
@@ -41,16 +39,7 @@ const TOO_LONG = {
 } as const;
 const TOO_LONG_FLAGS = ["--model", "batching", "--prefix-tokens", "2000000", "--requests", "40"];
 
-async function run(...args: string[]) {
-  const output = await new Deno.Command("deno", {
-    args: ["run", "--allow-read", RUN, ...args],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
+const run = runCli;
 
 Deno.test("a run that drops every request reports its means as null, its counts and rates as numbers", () => {
   const r = simulate(scenario(TOO_LONG));

@@ -87,6 +87,18 @@ export interface RemoteActorSpec {
   readonly mayEmit?: (out: Outgoing) => boolean;
 }
 
+/** A Worker's permissions with everything denied; spread it and grant `read` where needed. */
+export const NO_PERMISSIONS = {
+  read: false,
+  write: false,
+  net: false,
+  env: false,
+  run: false,
+  ffi: false,
+  sys: false,
+  import: false,
+} as const satisfies Deno.PermissionOptionsObject;
+
 /** Options for {@linkcode WorkerRuntime}. */
 export interface WorkerRuntimeOptions {
   /** Seed of every actor's random stream (same derivation as the virtual kernel). */
