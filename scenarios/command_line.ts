@@ -139,7 +139,14 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
  * caller's directory; the returned trace path is absolute.
  */
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
-  const base = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
+  const file = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
+  // --policy naming another policy replaces the file's policy with its
+  // parameters (a hybrid threshold in the file does not follow --policy round_robin).
+  const filePolicy = (file as { policy?: { name?: unknown } } | null)?.policy;
+  const base = typeof values.policy === "string" && filePolicy !== undefined &&
+      (filePolicy?.name ?? "hybrid") !== values.policy
+    ? Object.fromEntries(Object.entries(file as object).filter(([key]) => key !== "policy"))
+    : file;
   const overrides: Record<string, unknown> = {};
   const flagOfPath = new Map<string, string>();
   const strings: [flag: string, path: string[]][] = [

@@ -27,7 +27,7 @@ interface Averages {
   readonly tokenHitRate: number | null;
   readonly imbalance: number | null;
   readonly droppedFraction: number | null;
-  readonly goodputRps: number;
+  readonly goodputRps: number | null;
   readonly points: number;
   /** Points where the policy dropped more than the operational share of requests. */
   readonly droppingPoints: number;
@@ -35,7 +35,7 @@ interface Averages {
 
 function average(label: string, rows: readonly SummaryRow[]): Averages {
   const avg = (f: (r: SummaryRow) => number | null) => {
-    if (rows.length === 0) return NaN;
+    if (rows.length === 0) return null; // no points: nothing to average
     const values = rows.map(f);
     return values.includes(null) ? null : (values as number[]).reduce((a, v) => a + v, 0) / rows.length;
   };
@@ -47,7 +47,7 @@ function average(label: string, rows: readonly SummaryRow[]): Averages {
     tokenHitRate: avg((r) => r.mean.tokenHitRate),
     imbalance: avg((r) => r.mean.imbalance),
     droppedFraction: avg((r) => r.mean.droppedFraction),
-    goodputRps: avg((r) => r.mean.goodputRps)!,
+    goodputRps: avg((r) => r.mean.goodputRps),
     points: rows.length,
     droppingPoints: rows.filter(dropsTooMany).length,
   };
@@ -73,7 +73,7 @@ const line = (a: Averages, mark = "") =>
   }  ${formatMetric(a.hitRate, 3).padEnd(5)}  ${formatMetric(a.tokenHitRate, 3).padEnd(5)}  ${
     formatMetric(a.imbalance, 3).padStart(9)
   }  ${formatMetric(a.droppedFraction === null ? null : a.droppedFraction * 100, 1, "%").padStart(8)}  ${
-    a.goodputRps.toFixed(2).padStart(9)
+    formatMetric(a.goodputRps, 2).padStart(9)
   }`;
 /** The ranked table's lines: `*` marks the best, if any policy can rank. */
 const rankedLines = (averages: readonly Averages[]) =>
@@ -97,7 +97,8 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
     header,
   );
   const overall = ranked(labels.map((l) => average(l, operational.flat().filter((r) => r.label === l))));
-  overall.forEach((a, i) => out.push(line(a, i === 0 ? " *" : "")));
+  if (operational.length === 0) out.push("  (no such point: no policy is ranked here)");
+  else overall.forEach((a, i) => out.push(line(a, i === 0 ? " *" : "")));
   if (operational.length > 0) {
     // Every policy is operational at these points, so every mean is defined.
     const best = overall[0], worst = overall[overall.length - 1];

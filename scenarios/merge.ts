@@ -9,7 +9,7 @@ import { SIMULATOR_VERSION } from "../actors/version.ts";
 import { join } from "node:path";
 import { fromCaller } from "./caller_directory.ts";
 import { parseFlags, runCommand } from "./command_line.ts";
-import { makeDirectoryInside, outputDirectory } from "./output_directory.ts";
+import { assertInsideResults, makeDirectoryInside, outputDirectory } from "./output_directory.ts";
 import { OutputLock } from "./output_lock.ts";
 import { lockPath, sweepOutputs, writeSweepOutputs } from "./sweep.ts";
 import { type JournalContents, readJournal, specHash } from "./sweep_journal.ts";
@@ -139,6 +139,7 @@ if (import.meta.main) {
     const out = await outputDirectory({ out: values.out, specHash: specHash(spec), plugin: plugin?.url });
     await makeDirectoryInside(out, `--out ${out}`);
     // A merge writes what a whole sweep writes: it takes the same lock.
+    await assertInsideResults(lockPath(out, { index: 1, count: 1 }), lockPath(out, { index: 1, count: 1 }));
     const lock = await OutputLock.acquire(lockPath(out, { index: 1, count: 1 }), `--out ${out}`, "merge");
     await writeSweepOutputs(out, sweepOutputs(sweep, results));
     lock.release();

@@ -6,7 +6,7 @@
  * resolves against the caller's directory and, symlinks resolved, must stay
  * inside `results/`.
  */
-import { basename, dirname, extname, join, relative, sep } from "node:path";
+import { basename, dirname, extname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { fromCaller } from "./caller_directory.ts";
 import { specHash } from "./sweep_journal.ts";
@@ -143,7 +143,7 @@ export async function assertInsideResults(path: string, what: string): Promise<v
   const root = await realPathOf(RESULTS_DIR, RESULTS_DIR);
   if (real === root || real.startsWith(root + sep)) return;
   if (Deno.permissions.querySync({ name: "write", path: real }).state === "granted") return;
-  const written = fromCaller(path);
+  const written = resolve(path);
   throw new UsageError(
     written === real
       ? `${what}: outside results/ (the tasks write only under results/; use results/NAME)`
@@ -167,7 +167,9 @@ export async function makeDirectoryInside(path: string, what: string): Promise<v
  * @throws {UsageError} when a part of the path is a file or a dangling symlink.
  */
 async function realPathOf(path: string, what: string): Promise<string> {
-  let existing = fromCaller(path);
+  // Paths here are already resolved (outputDirectory resolved --out against the caller):
+  // relative ones are relative to the working directory, where the files are written.
+  let existing = resolve(path);
   const rest: string[] = [];
   for (;;) {
     try {

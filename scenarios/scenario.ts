@@ -225,6 +225,12 @@ function unusedSetting(
   config: SimulationConfig,
 ): { path: string[]; reason: string } | undefined {
   const given = (path: string[]) => valueAt(input, path) !== undefined;
+  if (config.policy.name !== "hybrid" && given(["policy", "threshold"])) {
+    return {
+      path: ["policy", "threshold"],
+      reason: `only hybrid has a threshold, and this run's policy is "${config.policy.name}"`,
+    };
+  }
   if (config.instances.model !== "batching" && given(["instances", "engine"])) {
     return {
       path: ["instances", "engine"],

@@ -221,6 +221,7 @@ if (import.meta.main) {
     await makeDirectoryInside(out, `--out ${out}`);
     await assertInsideResults(join(out, "plots"), join(out, "plots"));
     // One writer per journal: a second sweep, --resume or --fresh here stops, naming this one.
+    await assertInsideResults(lockPath(out, shard), lockPath(out, shard));
     const lock = await OutputLock.acquire(
       lockPath(out, shard),
       `--out ${out}`,

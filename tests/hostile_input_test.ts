@@ -129,6 +129,11 @@ const BAD_INPUTS: readonly Case[] = [
   bad("threshold beside a non-hybrid policy", ["--policy", "round_robin", "--threshold", "2"], /--threshold/),
   bad("missing scenario file", ["--scenario", "no_such.json"], /no_such\.json/),
   bad(
+    "threshold beside a non-hybrid policy in a scenario file",
+    ["--scenario", `${FIXTURES}/threshold_round_robin.json`],
+    /scenario\.policy\.threshold: only hybrid has a threshold, and this run's policy is "round_robin"/,
+  ),
+  bad(
     "scenario that is not an object",
     ["--scenario", `${FIXTURES}/not_an_object.json`],
     /not_an_object\.json/,

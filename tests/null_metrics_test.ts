@@ -238,3 +238,17 @@ Deno.test("a policy that drops more than 1% of requests at a point is not operat
     assertStringIncludes(text, "prefix_aware 0, hybrid(thr=1) 0.");
   });
 });
+
+Deno.test("with no point where every policy is operational, the comparison ranks nobody and prints no NaN", () => {
+  const dead = results.map((r, i) => sweep.runs[i].point === 1 ? r : { ...r, ...droppedEverything(r) });
+  const summary = formatComparison(sweep, summarise(sweep, dead));
+  assert(!summary.includes("NaN"), summary);
+  assertStringIncludes(summary, "Averages over the 0 of 2 points");
+  assertStringIncludes(summary, "(no such point: no policy is ranked here)");
+});
+
+/** The fields of a run in which every request was dropped. */
+function droppedEverything(r: RunResult): Partial<RunResult> {
+  const nulls = Object.fromEntries(NULLABLE.map((k) => [k, null]));
+  return { ...nulls, completed: 0, dropped: r.requests, droppedFraction: 1, throughputRps: 0, goodputRps: 0 };
+}

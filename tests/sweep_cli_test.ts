@@ -68,3 +68,34 @@ Deno.test("sweep --router adds the plugin as one more policy, in the CSV and the
   assertStringIncludes(await Deno.readTextFile(`${out}/summary.txt`), "cache_with_slack");
   await Deno.remove(out, { recursive: true });
 });
+
+Deno.test("deno task sweep started from another directory writes where --out says, inside results/", async () => {
+  const caller = await Deno.makeTempDir();
+  // Under results/quick/ (git-ignored), which the task may write; not the home of a committed sweep.
+  const name = `quick/test_caller_${crypto.randomUUID().slice(0, 8)}`;
+  const task = (out: string) =>
+    new Deno.Command("deno", {
+      args: ["task", "--cwd", ROOT, "sweep", "--quick", "--workers", "1", "--out", out],
+      cwd: caller,
+      // What `deno task` sets when typed in `caller` (an enclosing `deno task test` would pass its own on).
+      env: { INIT_CWD: caller },
+      stdin: "null",
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  try {
+    const absolute = await task(`${ROOT}results/${name}`);
+    assertEquals(absolute.code, 0, new TextDecoder().decode(absolute.stderr));
+    assert((await Deno.stat(`${ROOT}results/${name}/summary.txt`)).isFile);
+    // A relative --out is the caller's: from elsewhere, results/NAME is not the repository's results/.
+    const relative = await task(`results/${name}`);
+    const text = new TextDecoder().decode(relative.stderr);
+    assertEquals(relative.code, 2, text);
+    assertStringIncludes(text, `--out results/${name}: outside results/`);
+  } finally {
+    // The tests may write only /tmp: `deno eval` (all permissions) removes what the task wrote.
+    const remove = `Deno.removeSync(${JSON.stringify(`${ROOT}results/${name}`)}, { recursive: true })`;
+    await new Deno.Command("deno", { args: ["eval", remove], stderr: "null" }).output();
+    await Deno.remove(caller, { recursive: true });
+  }
+});
