@@ -4,7 +4,8 @@
  * stack trace, previous results intact; writes that cannot leave their
  * directory through a symlink; one writer per output directory.
  */
-import { assert, assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { messageLine } from "./_cli.ts";
 import { writeFilesAtomic } from "../scenarios/atomic_write.ts";
 import { fileSystemErrorMessage, withPath } from "../scenarios/file_system_error.ts";
 import { OutputLock } from "../scenarios/output_lock.ts";
@@ -38,14 +39,6 @@ async function tool(script: "sweep" | "merge", writable: string, ...args: string
     stderr: "piped",
   }).output();
   return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
-
-/** The one message line of a failed command (progress lines aside), checked to be alone and stack-free. */
-function oneLine(stderr: string): string {
-  const lines = stderr.split("\n").filter((l) => l.trim() !== "" && !l.startsWith("sweep: "));
-  assertEquals(lines.length, 1, `expected one line, got:\n${stderr}`);
-  assert(!/^\s+at /m.test(stderr), `stack trace:\n${stderr}`);
-  return lines[0];
 }
 
 /** A temporary directory holding the tiny spec, and the path of that spec. */
@@ -160,14 +153,14 @@ Deno.test("a bad --out exits 2 with one line and writes nothing", async (t) => {
     await t.step(`sweep --out ${name}`, async () => {
       const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
       assertEquals(code, 2, stderr);
-      assertMatch(oneLine(stderr), message);
+      assertMatch(messageLine(stderr), message);
       assertEquals(names(dir), ["a_file", "shards", "spec.json"]);
       assertEquals(await Deno.readTextFile(`${dir}/a_file`), "x");
     });
     await t.step(`merge --out ${name}`, async () => {
       const { code, stderr } = await tool("merge", dir, "--out", out, `${dir}/shards`);
       assertEquals(code, 2, stderr);
-      assertMatch(oneLine(stderr), message);
+      assertMatch(messageLine(stderr), message);
       assertEquals(names(dir), ["a_file", "shards", "spec.json"]);
     });
   }
@@ -182,7 +175,7 @@ Deno.test("a failed output write exits 1 in one line, keeps the previous results
   await Deno.writeTextFile(`${out}/plots`, "a file where plots/ must go\n");
   const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
   assertEquals(code, 1, stderr);
-  assertEquals(oneLine(stderr), `error: cannot create directory "${out}/plots": File exists`);
+  assertEquals(messageLine(stderr), `error: cannot create directory "${out}/plots": File exists`);
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
   // Every point is in the journal: after fixing the directory, --resume writes the results.
   assertEquals(names(out), ["plots", "summary.txt", "sweep_journal.jsonl"]);
@@ -204,7 +197,7 @@ Deno.test("merge: a failed output write exits 1 in one line and keeps the previo
   await Deno.writeTextFile(`${out}/report.html/keep`, "");
   const { code, stderr } = await tool("merge", dir, "--out", out, shards);
   assertEquals(code, 1, stderr);
-  assertEquals(oneLine(stderr), `error: cannot replace "${out}/report.html": Is a directory`);
+  assertEquals(messageLine(stderr), `error: cannot replace "${out}/report.html": Is a directory`);
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
   assertEquals(names(out), ["plots", "report.html", "summary.txt"]); // no temporary file left behind
   await Deno.remove(dir, { recursive: true });
@@ -226,7 +219,7 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
     await t.step(name, async () => {
       const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", target);
       assertEquals(code, 2, stderr);
-      assertMatch(oneLine(stderr), message);
+      assertMatch(messageLine(stderr), message);
       assertEquals(names(outside), []);
     });
   }
@@ -234,7 +227,7 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
     await symlink(outside, `${out}/plots`);
     const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
     assertEquals(code, 2, stderr);
-    assertMatch(oneLine(stderr), /plots: leads through a symlink to .*rrs_outside_/);
+    assertMatch(messageLine(stderr), /plots: leads through a symlink to .*rrs_outside_/);
     assertEquals(stderr.includes("sweep: "), false, "runs started");
     assertEquals(names(outside), []);
     await Deno.remove(`${out}/plots`);
@@ -244,7 +237,10 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
     await symlink(`${outside}/target`, `${out}/sweep_journal.jsonl`);
     const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out, "--fresh");
     assertEquals(code, 2, stderr);
-    assertMatch(oneLine(stderr), /sweep_journal\.jsonl: leads through a symlink to .*rrs_outside_.*\/target/);
+    assertMatch(
+      messageLine(stderr),
+      /sweep_journal\.jsonl: leads through a symlink to .*rrs_outside_.*\/target/,
+    );
     assertEquals(await Deno.readTextFile(`${outside}/target`), "not a journal\n");
   });
   await Deno.remove(dir, { recursive: true });
@@ -263,7 +259,7 @@ Deno.test("while a sweep holds --out, another sweep, --resume, --fresh or a merg
       const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out, ...extra);
       assertEquals(code, 2, stderr);
       assertMatch(
-        oneLine(stderr),
+        messageLine(stderr),
         new RegExp(
           `^error: --out .*out is in use by "sweep --spec spec\\.json" \\(pid ${Deno.pid}, started `,
         ),
@@ -273,7 +269,7 @@ Deno.test("while a sweep holds --out, another sweep, --resume, --fresh or a merg
   await t.step("merge", async () => {
     const { code, stderr } = await tool("merge", dir, "--out", out, `${dir}/shards`);
     assertEquals(code, 2, stderr);
-    assertMatch(oneLine(stderr), /^error: --out .*out is in use by "sweep --spec spec\.json"/);
+    assertMatch(messageLine(stderr), /^error: --out .*out is in use by "sweep --spec spec\.json"/);
   });
   assertEquals(await Deno.readTextFile(`${out}/sweep_journal.jsonl`), "the running sweep's journal\n");
   await t.step("a shard has its own lock, so shards may share a directory", async () => {

@@ -5,7 +5,8 @@
  * write (never over another committed study); and relative paths, which are
  * the caller's, not the repository's.
  */
-import { assert, assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { messageLine } from "./_cli.ts";
 import { join, resolve } from "node:path";
 import { homeOf, outputDirectory, RESULTS_DIR, SWEEPS_DIR } from "../scenarios/output_directory.ts";
 import { specHash } from "../scenarios/sweep_journal.ts";
@@ -46,16 +47,6 @@ async function tool(script: string, options: ToolOptions, ...args: string[]) {
     stderr: "piped",
   }).output();
   return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
-
-/** The one message line of a failed command, checked to be alone and stack-free. */
-function oneLine(stderr: string): string {
-  const lines = stderr.split("\n").filter((l) =>
-    l.trim() !== "" && !l.startsWith("sweep: ") && !l.startsWith("realtime · ")
-  );
-  assertEquals(lines.length, 1, `expected one line, got:\n${stderr}`);
-  assert(!/^\s+at /m.test(stderr), `stack trace:\n${stderr}`);
-  return lines[0];
 }
 
 const names = (dir: string) => [...Deno.readDirSync(dir)].map((e) => e.name).sort();
@@ -109,7 +100,7 @@ Deno.test("a sweep checks every trace file before its first run", async (t) => {
         out,
       );
       assertEquals(code, 2, stderr);
-      assertMatch(oneLine(stderr), message);
+      assertMatch(messageLine(stderr), message);
       assertEquals(names(out), ["spec.json"]);
     });
   }
@@ -174,7 +165,7 @@ Deno.test("bad flags exit 2 with one line naming the flag and the value", async 
     await t.step(`${script} ${args.join(" ")}`, async () => {
       const { code, stdout, stderr } = await tool(script, { writable: `${dir}/out` }, ...args);
       assertEquals(code, 2, stderr);
-      assertMatch(oneLine(stderr), message);
+      assertMatch(messageLine(stderr), message);
       assertEquals(stdout, "");
     });
   }
@@ -255,7 +246,10 @@ Deno.test("relative paths are the caller's (INIT_CWD under deno task), not the r
   await t.step("a missing relative file is looked for in the caller's directory", async () => {
     const { code, stderr } = await tool("run", { initCwd: caller }, "--scenario", "scenarios/example.json");
     assertEquals(code, 2);
-    assertEquals(oneLine(stderr), 'error: --scenario: cannot read "scenarios/example.json": no such file');
+    assertEquals(
+      messageLine(stderr),
+      'error: --scenario: cannot read "scenarios/example.json": no such file',
+    );
   });
   await t.step("sweep --spec, --out and the trace inside the spec", async () => {
     await Deno.writeTextFile(
@@ -342,7 +336,7 @@ Deno.test("a sweep never writes over another committed study", async (t) => {
     const before = names(RESULTS_DIR);
     const { code, stderr } = await tool("sweep", { writable: dir }, "--quick", "--out", "results");
     assertEquals(code, 2, stderr);
-    assertMatch(oneLine(stderr), /^error: --out results is the home of scenarios\/sweeps\/default\.json/);
+    assertMatch(messageLine(stderr), /^error: --out results is the home of scenarios\/sweeps\/default\.json/);
     assertEquals(names(RESULTS_DIR), before);
   });
   await Deno.remove(dir, { recursive: true });
