@@ -88,8 +88,6 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   #tpotCount = 0;
   #outputTokens = 0;
   #completed = 0;
-  /** Completions that met every SLO set; none can be set yet, so every completion. */
-  #good = 0;
   #dropped = 0;
   #ttftSumMs = 0;
   #waitSumMs = 0;
@@ -128,7 +126,6 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         }
         const ttftMs = r.firstTokenMs - r.arrivalMs;
         this.#completed++;
-        this.#good++;
         this.#ttftSumMs += ttftMs;
         this.#ttftMicros.recordValue(Math.max(1, Math.round(ttftMs * 1000)));
         this.#waitSumMs += r.startMs - r.arrivalMs;
@@ -189,7 +186,8 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       // the FIFO model's busy time is the sum of its requests' service times.
       busyImbalanceCv: coefficientOfVariation(this.#busyMsPerInstance()),
       throughputRps: perSec(n),
-      goodputRps: perSec(this.#good),
+      // Completions that met every SLO set: none can be set yet, so every completion.
+      goodputRps: perSec(this.#completed),
       tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
       outputTokensPerSec: perSec(this.#outputTokens),
       tokensPerSec: perSec(this.#outputTokens + this.#promptTokens),

@@ -21,7 +21,7 @@ import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
 import { formatMetric, formatReport } from "./run_report.ts";
 import { UsageError } from "./usage_error.ts";
-import { PLUGIN_MEMORY_BUDGET_BYTES } from "./worker_pool.ts";
+import { memoryVerdict } from "./worker_pool.ts";
 import { systemWallTime } from "./wall_time.ts";
 
 const HELP = `Usage: deno task realtime [flags]
@@ -156,14 +156,9 @@ if (import.meta.main) {
     // The router's Worker runs the plugin: past the memory budget, end the run in one line
     // before V8 aborts the whole process with a crash dump.
     const memoryWatch = plugin && setInterval(() => {
-      const rss = Deno.memoryUsage().rss;
-      if (rss <= PLUGIN_MEMORY_BUDGET_BYTES) return;
-      console.error(
-        `run failed: resource_exhausted: the run with plugin ${plugin.name} used ${
-          (rss / 2 ** 20).toFixed(0)
-        } MB, ` +
-          `over the ${PLUGIN_MEMORY_BUDGET_BYTES / 2 ** 20} MB budget of a plugin run`,
-      );
+      const verdict = memoryVerdict(plugin);
+      if (verdict === undefined) return;
+      console.error(`run failed: ${verdict.message}`);
       Deno.exit(1);
     }, 100);
     try {

@@ -150,7 +150,7 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
       reply({ type: "error", id, kind: "actor_threw", detail, traceFormat });
     }
   } finally {
-    watch?.leaveDecision();
+    // Also ends a decision that threw.
     watch?.setPhase(WorkerPhase.Idle);
   }
 }

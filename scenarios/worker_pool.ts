@@ -4,7 +4,7 @@
  * by run index — so the output never depends on which Worker ran what, or how
  * many there were. Runs of a router plugin go to Workers that load it (and
  * only those: a plugin never shares a Worker with built-in policies' runs),
- * with no permission but reading the plugin's directory and `actors/`; a
+ * with no permission but reading the files it imports and `actors/`; a
  * watchdog in this thread ends the pool when the plugin hangs, silently ends
  * its Worker or exhausts memory.
  */
@@ -152,6 +152,11 @@ function loadError(plugin: SandboxPlugin, message: string): UsageError {
   return new UsageError(`--router: "${plugin.path}" ${what}: ${message}`);
 }
 
+/** How often the watchdog looks: five times per timeout, between 10 and 250 ms. */
+function pollIntervalMs(timeoutMs: number): number {
+  return Math.min(250, Math.max(10, timeoutMs / 5));
+}
+
 /** A `resource_exhausted` error when the process is over a plugin run's memory budget. */
 export function memoryVerdict(plugin: SandboxPlugin): SimulationError | undefined {
   const rss = Deno.memoryUsage().rss;
@@ -235,17 +240,18 @@ function watchdogVerdict(w: SimulationWorker, now: number, timeoutMs: number): S
  */
 export function loadInSandbox(plugin: SandboxPlugin, timeoutMs: number): Promise<string> {
   const w = new SimulationWorker(plugin, []);
+  let timer: ReturnType<typeof setInterval> | undefined;
   return new Promise<string>((resolve, reject) => {
-    const timer = setInterval(() => {
+    timer = setInterval(() => {
       const verdict = watchdogVerdict(w, performance.now(), timeoutMs) ?? memoryVerdict(plugin);
       if (verdict) reject(verdict);
-    }, Math.min(250, Math.max(10, timeoutMs / 5)));
+    }, pollIntervalMs(timeoutMs));
     w.onCrash = (message) => reject(loadError(plugin, message));
-    w.ready.then((name) => resolve(name!), reject).finally(() => {
-      clearInterval(timer);
-      w.terminate();
-    });
-  }).finally(() => w.terminate());
+    w.ready.then((name) => resolve(name!), reject);
+  }).finally(() => {
+    clearInterval(timer);
+    w.terminate();
+  });
 }
 
 /** A well-formed result reply: counts and the policy's name where a report needs them. */
@@ -362,7 +368,6 @@ export function runOnWorkers(
     for (const slot of slots) feed(slot);
 
     if (options.plugin !== undefined) {
-      const pollMs = Math.min(250, Math.max(10, timeoutMs / 5));
       watchdog = setInterval(() => {
         const now = performance.now();
         for (const w of all) {
@@ -372,7 +377,7 @@ export function runOnWorkers(
         }
         const verdict = memoryVerdict(options.plugin!);
         if (verdict) finish(verdict);
-      }, pollMs);
+      }, pollIntervalMs(timeoutMs));
     }
   });
 }
