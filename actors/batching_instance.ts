@@ -131,6 +131,19 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     return this.#waiting.length - this.#waitingHead;
   }
 
+  /**
+   * Prompt tokens admission would find cached for `request` right now (the
+   * same cap as admission: keyed blocks, never the prompt's last token). No
+   * side effects: the router's accounting reads it.
+   */
+  cachedPrefixTokens(request: Request): number {
+    const B = this.#options.blockTokens;
+    const keys = blockKeys(request, B);
+    const prompt = request.prefixTokens + request.suffixTokens;
+    const limit = Math.min(keys.count, Math.floor((prompt - 1) / B));
+    return Math.min(this.cache.matchPrefix(keys.keyAt, limit) * B, prompt);
+  }
+
   /** Sequences admitted and not finished. */
   get running(): number {
     return this.#running.length;
@@ -383,6 +396,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
         cachedTokens: seq.cachedTokens,
         outputTokens: Math.max(1, request.outputTokens),
         preemptions: seq.preemptions,
+        routing: seq.command.routing,
       },
     });
   }
@@ -411,8 +425,9 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   }
 
   #counts(): InstanceStatus {
-    let prefill = this.#waitingPromptTokens, decodeBlocks = 0;
+    let prefill = this.#waitingPromptTokens, decodeBlocks = 0, prefilling = 0;
     for (const seq of this.#running) {
+      if (seq.generated === 0) prefilling++;
       if (seq.computed < seq.target) prefill += seq.target - seq.computed;
       else decodeBlocks += seq.keys + seq.privateBlocks;
     }
@@ -421,6 +436,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       instance: this.index,
       waiting: this.waiting,
       running: this.#running.length,
+      queued: this.waiting + prefilling,
       finished: this.#finished,
       pendingPrefillTokens: prefill,
       decodeBlocks,

@@ -60,6 +60,13 @@ export interface InstanceStatus {
   readonly waiting: number;
   /** Requests in service. */
   readonly running: number;
+  /**
+   * Requests queued in the model's own sense, the signal `hybrid` gates on:
+   * FIFO, the waiting requests (the original study's queue); batching, those
+   * waiting for admission plus those admitted whose prefill has not finished
+   * (every request still owed its first token). See design.md.
+   */
+  readonly queued: number;
   /** Requests finished (completed or dropped) so far; with the router's own count routed, in flight = routed − finished. */
   readonly finished: number;
   /** Prompt tokens still to prefill: waiting requests' and the unfinished part of those in prefill. */
@@ -88,11 +95,27 @@ export type RouterCommand = RouteCommand | InstanceStatus;
 
 // ---- Serving instance ------------------------------------------------------
 
+/**
+ * What the router knew when it placed a request, for routing-quality
+ * accounting. All in prompt tokens, capped as the engine caps a hit (at most
+ * the prompt's keyed blocks, and never the prompt's last token).
+ */
+export interface RoutingNote {
+  /** Longest cached prefix on any instance at the moment of routing; null when the run cannot see the instances (real-time mode). */
+  readonly availableTokens: number | null;
+  /** What the router's own view expected cached on the chosen instance; null when the policy never consulted the cache view. */
+  readonly expectedTokens: number | null;
+  /** Of `expectedTokens`, those the chosen instance did not hold at that moment; null when either side is unknown. */
+  readonly falseTokens: number | null;
+}
+
 /** Serve a request; status reports go to `replyTo`. */
 export interface ServeCommand {
   readonly type: "serve";
   readonly request: Request;
   readonly replyTo: ActorRef<InstanceStatus>;
+  /** The router's accounting of this placement, carried into the completion record. */
+  readonly routing?: RoutingNote;
 }
 
 /** Commands the FIFO serving instance accepts. */
@@ -128,6 +151,8 @@ export interface CompletionRecord {
   readonly outputTokens: number;
   /** Times this request was preempted (batching model). */
   readonly preemptions?: number;
+  /** The router's accounting of the placement, when it made one. */
+  readonly routing?: RoutingNote;
 }
 
 /** An instance's running totals, sent to the metrics collector whenever it goes idle. */

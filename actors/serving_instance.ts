@@ -12,6 +12,7 @@ import {
   type InstanceCommand,
   type InstanceStatus,
   type MetricsCommand,
+  type Request,
   type ServeCommand,
 } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
@@ -90,6 +91,16 @@ export class ServingInstance implements Actor<InstanceCommand> {
   /** Requests in service (0 or 1). */
   get running(): number {
     return this.#current === undefined ? 0 : 1;
+  }
+
+  /**
+   * Prompt tokens this instance would find cached for `request` now: its whole
+   * prefix while the group is held (computed, or committed to by a request
+   * ahead of it in this FIFO queue). No side effects: the router's accounting
+   * reads it.
+   */
+  cachedPrefixTokens(request: Request): number {
+    return request.prefixGroup >= 0 && this.cache.has(request.prefixGroup) ? request.prefixTokens : 0;
   }
 
   /** Total time spent serving, in ms. */
@@ -197,6 +208,7 @@ export class ServingInstance implements Actor<InstanceCommand> {
         promptTokens: request.prefixTokens + request.suffixTokens,
         cachedTokens: this.#cachedTokens,
         outputTokens: request.outputTokens,
+        routing: this.#current!.routing,
       },
     });
     this.#current = undefined;
@@ -215,6 +227,7 @@ export class ServingInstance implements Actor<InstanceCommand> {
       instance: this.index,
       waiting: this.#queue.size,
       running: this.#current === undefined ? 0 : 1,
+      queued: this.#queue.size,
       finished: this.#finished,
       pendingPrefillTokens: this.#queuedPromptTokens + this.#prefillTokens,
       decodeBlocks: 0,

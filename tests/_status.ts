@@ -14,6 +14,7 @@ export function status(
     instance,
     waiting: 0,
     running: 0,
+    queued: fields.waiting ?? 0,
     finished: 0,
     pendingPrefillTokens: 0,
     decodeBlocks: 0,
