@@ -8,7 +8,7 @@
  * blocks and preemption (recompute) when blocks run out.
  */
 import { KvBlockCache } from "./kv_block_cache.ts";
-import { blockKeys } from "./prefix_keys.ts";
+import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
 import {
   assertNever,
   type BatchingCommand,
@@ -17,7 +17,7 @@ import {
   type Request,
   type ServeCommand,
 } from "./protocol.ts";
-import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+import type { Actor, ActorContext, ActorRef, TimerId } from "./runtime/kernel.ts";
 import { EVENT_DRIVEN } from "./serving_instance.ts";
 import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
 
@@ -71,9 +71,34 @@ interface Sequence {
   startMs: number;
   firstTokenMs: number;
   preemptions: number;
-  readonly keyAt: (index: number) => number;
+  /** The prompt's keyed blocks, in runs. */
+  readonly blockKeys: BlockKeys;
   /** Full blocks of the prompt that carry a key. */
   readonly keyedBlocks: number;
+}
+
+/**
+ * A stretch of identical decode steps the instance runs as one event
+ * (design.md, "Decode stretches"): every running sequence decodes, nobody
+ * waits, and nothing anyone could observe happens until its last step ends —
+ * no request finishes, no allocation fails, no eviction is reported. The
+ * steps in between are applied lazily, with the same arithmetic in the same
+ * order, when a message arrives or the stretch ends.
+ */
+interface Stretch {
+  /** Duration of each step, ms. */
+  readonly stepMs: number;
+  /** Steps in the stretch, K; its timer fires at the end of step K − 1. */
+  readonly steps: number;
+  /** Sequences per phase: `phase[p]` = sequences whose KV tokens ≡ p (mod block size) at step 0. */
+  readonly phase: Int32Array;
+  /** Step boundaries applied so far (step j starts at boundary j; boundary 0 is the stretch's start). */
+  applied: number;
+  /** Time of boundary `applied`. */
+  appliedMs: number;
+  /** Time of boundary `applied + 1`. */
+  nextMs: number;
+  readonly timer: TimerId;
 }
 
 /**
@@ -103,6 +128,10 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #steps = 0;
   #kvBlockMs = 0;
   #lastAccountMs = 0;
+  #stretch: Stretch | undefined;
+  readonly #coalesce: boolean;
+  /** Admitted sequences still owed their first token. */
+  #prefilling = 0;
 
   constructor(
     index: number,
@@ -115,15 +144,19 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#metrics = metrics;
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
     const reporter = this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
-    this.cache.onEvict = (key) => {
-      reporter.blockEvicted(key);
+    const wantsBlocks = reporter.wantsBlockEvents;
+    this.cache.onRunChange = (key, cached) => {
+      if (wantsBlocks) reporter.runChanged(key, cached);
+      if (cached > 0) return;
       const group = this.#groupOfFirstKey.get(key);
       if (group !== undefined) {
         this.#groupOfFirstKey.delete(key);
         reporter.groupEvicted(group);
       }
     };
-    if (reporter.wantsBlockEvents) this.cache.onInsert = (key) => reporter.blockAdded(key);
+    // Stretches keep every report where it was: none is due inside one when
+    // the instance reports on change and no load signal is watched.
+    this.#coalesce = reporting.intervalMs === 0 && !reporter.wantsLoadSignals;
   }
 
   /** Requests waiting for admission. */
@@ -141,7 +174,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     const keys = blockKeys(request, B);
     const prompt = request.prefixTokens + request.suffixTokens;
     const limit = Math.min(keys.count, Math.floor((prompt - 1) / B));
-    return Math.min(this.cache.matchPrefix(keys.keyAt, limit) * B, prompt);
+    return Math.min(this.cache.matchPrefix(keys, limit) * B, prompt);
   }
 
   /** Sequences admitted and not finished. */
@@ -158,6 +191,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
         this.#stepDone(ctx);
         break;
       case "report_tick":
+        this.#catchUp(ctx.now());
         this.#reporter.tick(ctx);
         break;
       default:
@@ -166,6 +200,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   }
 
   #accept(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
     this.#replyTo = command.replyTo;
     const { request } = command;
     const options = this.#options;
@@ -195,7 +230,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     // Advertise the request's group at once, as the FIFO model does: by the
     // time later requests run, this one will have computed it.
     if (request.prefixGroup >= 0 && options.prefixCaching && seq.keyedBlocks > 0) {
-      const first = seq.keyAt(0);
+      const first = seq.blockKeys.runKey(0);
       if (!this.#groupOfFirstKey.has(first)) {
         this.#groupOfFirstKey.set(first, request.prefixGroup);
         this.#reporter.groupAdded(request.prefixGroup);
@@ -221,7 +256,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       startMs: -1,
       firstTokenMs: -1,
       preemptions: 0,
-      keyAt: keys.keyAt,
+      blockKeys: keys,
       keyedBlocks: keys.count,
     };
   }
@@ -285,7 +320,105 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#steps++;
     const stepMs = o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding;
     this.#busyMs += stepMs;
-    ctx.schedule(stepMs, STEP_DONE);
+    const steps = this.#coalesce && prefillTokens === 0 && decoding === running.length && this.waiting === 0
+      ? this.#stretchSteps()
+      : 1;
+    if (steps <= 1) {
+      ctx.schedule(stepMs, STEP_DONE);
+      return;
+    }
+    let endMs = ctx.now();
+    for (let j = 0; j < steps; j++) endMs += stepMs; // as the kernel would add each step's delay
+    const phase = new Int32Array(B);
+    for (const seq of running) phase[seq.target % B]++;
+    const now = ctx.now();
+    this.#stretch = {
+      stepMs,
+      steps,
+      phase,
+      applied: 0,
+      appliedMs: now,
+      nextMs: now + stepMs,
+      timer: ctx.scheduleAt(endMs, STEP_DONE),
+    };
+  }
+
+  /**
+   * How many identical decode steps, from the one starting now, can run as
+   * one stretch: up to the first step that finishes a sequence, stopping
+   * before a step whose allocations could fail (a preemption), would evict a
+   * block the router must hear of, or would evict a group's first block.
+   */
+  #stretchSteps(): number {
+    const running = this.#running, B = this.#options.blockTokens, cache = this.cache;
+    let finishIn = Infinity;
+    const phase = new Int32Array(B);
+    for (const seq of running) {
+      finishIn = Math.min(finishIn, Math.max(1, seq.request.outputTokens) - seq.generated);
+      phase[seq.target % B]++;
+    }
+    const free = cache.free, room = free + cache.evictable;
+    // Evictions allowed: none when the router hears of every block; else up to
+    // the first that would empty a group's first run (a reported event).
+    let allocations = 0;
+    for (let j = 1; j < finishIn; j++) allocations += phase[(B - (j % B)) % B];
+    const wanted = Math.min(room, allocations) - free;
+    const evictable = wanted <= 0
+      ? 0
+      : this.#reporter.wantsBlockEvents
+      ? 0
+      : cache.evictionsKeeping(wanted, (key) => this.#groupOfFirstKey.has(key));
+    let total = 0, j = 1;
+    for (; j < finishIn; j++) {
+      const next = total + phase[(B - (j % B)) % B];
+      if (next > room || next - free > evictable) break;
+      total = next;
+    }
+    return j;
+  }
+
+  /** Applies the stretch's step boundaries up to `now` (not its last: that is its timer's). */
+  #catchUp(now: number): void {
+    const stretch = this.#stretch;
+    if (stretch === undefined || stretch.nextMs > now || stretch.applied + 1 >= stretch.steps) return;
+    const B = this.#options.blockTokens, phase = stretch.phase, cache = this.cache;
+    const from = stretch.applied;
+    let j = from, t = stretch.appliedMs, next = stretch.nextMs;
+    while (j + 1 < stretch.steps && next <= now) {
+      j++;
+      t = next;
+      next = t + stretch.stepMs;
+      // Boundary j: every sequence advanced one token; those whose KV now
+      // fills its last block take one more (as `#startStep` would, in order).
+      const allocations = phase[(B - (j % B)) % B];
+      if (allocations > 0) {
+        this.#account(t);
+        cache.allocate(allocations);
+      }
+      this.#busyMs += stretch.stepMs;
+      this.#steps++;
+    }
+    const steps = j - from;
+    for (const seq of this.#running) {
+      seq.privateBlocks += Math.floor((seq.target + steps) / B) - Math.floor(seq.target / B);
+      seq.generated += steps;
+      seq.target += steps;
+      seq.computed += steps;
+    }
+    stretch.applied = j;
+    stretch.appliedMs = t;
+    stretch.nextMs = next;
+  }
+
+  /** A message arrived mid-stretch: apply it up to now and go on step by step from the step in progress. */
+  #endStretch(ctx: ActorContext<BatchingCommand>): void {
+    const stretch = this.#stretch!;
+    this.#catchUp(ctx.now());
+    this.#stretch = undefined;
+    if (stretch.applied + 1 < stretch.steps) {
+      ctx.cancel(stretch.timer);
+      ctx.scheduleAt(stretch.nextMs, STEP_DONE);
+    }
   }
 
   /** Admits `seq`: references its cached prefix and allocates the rest of its prompt. */
@@ -294,16 +427,17 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     const cache = this.cache;
     // At least one token is always computed, so a full hit still runs one step.
     const limit = Math.min(seq.keyedBlocks, Math.floor((seq.target - 1) / B));
-    const hits = cache.matchPrefix(seq.keyAt, limit);
+    const hits = cache.matchPrefix(seq.blockKeys, limit);
     const needed = Math.ceil(seq.target / B) - hits;
     this.#account(ctx.now());
-    cache.acquire(seq.keyAt, hits);
+    cache.acquire(seq.blockKeys, hits);
     if (!cache.allocate(needed)) {
-      cache.release(seq.keyAt, hits, 0);
+      cache.release(seq.blockKeys, hits, 0);
       return false;
     }
     seq.keys = hits;
     seq.privateBlocks = needed;
+    if (seq.generated === 0) this.#prefilling++;
     seq.computed = hits * B;
     if (seq.cachedTokens < 0) {
       seq.cachedTokens = Math.min(hits * B, seq.request.prefixTokens + seq.request.suffixTokens);
@@ -327,7 +461,8 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   /** Recompute preemption: frees every block and puts the sequence back at the head of the queue. */
   #preempt(seq: Sequence): void {
     this.#running.pop();
-    this.cache.release(seq.keyAt, seq.keys, seq.privateBlocks);
+    if (seq.generated === 0) this.#prefilling--;
+    this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
     seq.keys = 0;
     seq.privateBlocks = 0;
     seq.target = seq.request.prefixTokens + seq.request.suffixTokens + seq.generated;
@@ -342,6 +477,10 @@ export class BatchingInstance implements Actor<BatchingCommand> {
 
   #stepDone(ctx: ActorContext<BatchingCommand>): void {
     const now = ctx.now();
+    if (this.#stretch !== undefined) {
+      this.#catchUp(now);
+      this.#stretch = undefined;
+    }
     const running = this.#running;
     let kept = 0;
     for (let i = 0; i < running.length; i++) {
@@ -363,13 +502,16 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       // Prefill complete: its keyed prompt blocks become reusable.
       if (this.#options.prefixCaching && seq.keys < seq.keyedBlocks) {
         this.#account(now);
-        this.cache.publish(seq.keyAt, seq.keys, seq.keyedBlocks);
+        this.cache.publish(seq.blockKeys, seq.keys, seq.keyedBlocks);
         seq.privateBlocks -= seq.keyedBlocks - seq.keys;
         seq.keys = seq.keyedBlocks;
       }
       // The prefill's last position yields the next token: the first one, or,
       // after a recompute, the one after those already generated.
-      if (seq.generated === 0) seq.firstTokenMs = now + this.#options.requestOverheadMs;
+      if (seq.generated === 0) {
+        seq.firstTokenMs = now + this.#options.requestOverheadMs;
+        this.#prefilling--;
+      }
       seq.generated++;
       return;
     }
@@ -380,7 +522,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
 
   #finish(seq: Sequence, now: number, ctx: ActorContext<BatchingCommand>): void {
     this.#account(now);
-    this.cache.release(seq.keyAt, seq.keys, seq.privateBlocks);
+    this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
     this.#finished++;
     const { request } = seq;
     ctx.send(this.#metrics, {
@@ -411,7 +553,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #report(ctx: ActorContext<BatchingCommand>, always: boolean): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
-    const key = `${this.waiting}/${this.#running.length}/${this.#finished}`;
+    const key = `${this.waiting}/${this.#running.length}/${this.#finished}/${this.#prefilling}`;
     // Policies that read load signals get a report whenever those change (every step, in practice).
     let load = "";
     if (this.#reporter.wantsLoadSignals) {
@@ -425,9 +567,8 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   }
 
   #counts(): InstanceStatus {
-    let prefill = this.#waitingPromptTokens, decodeBlocks = 0, prefilling = 0;
+    let prefill = this.#waitingPromptTokens, decodeBlocks = 0;
     for (const seq of this.#running) {
-      if (seq.generated === 0) prefilling++;
       if (seq.computed < seq.target) prefill += seq.target - seq.computed;
       else decodeBlocks += seq.keys + seq.privateBlocks;
     }
@@ -436,7 +577,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       instance: this.index,
       waiting: this.waiting,
       running: this.#running.length,
-      queued: this.waiting + prefilling,
+      queued: this.waiting + this.#prefilling,
       finished: this.#finished,
       pendingPrefillTokens: prefill,
       decodeBlocks,

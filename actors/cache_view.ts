@@ -47,17 +47,18 @@ const leading = (has: (key: number) => boolean, keys: BlockKeys): number => {
   return n;
 };
 
-/** From the instances' reports: groups advertised, and block keys cached (batching). */
+/** From the instances' reports: groups advertised, and block runs cached (batching). */
 export class ExactCacheView implements CacheView {
   readonly learnsFromRouting = false;
   readonly #groups: Set<number>[];
-  readonly #blocks: Set<number>[];
+  /** Per instance: run key → leading blocks cached. */
+  readonly #runs: Map<number, number>[];
   readonly #unit: "groups" | "blocks";
 
   constructor(instanceCount: number, unit: "groups" | "blocks") {
     this.#unit = unit;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
-    this.#blocks = Array.from({ length: instanceCount }, () => new Set<number>());
+    this.#runs = Array.from({ length: instanceCount }, () => new Map<number, number>());
   }
 
   holds(instance: number, group: number): boolean {
@@ -68,23 +69,37 @@ export class ExactCacheView implements CacheView {
     if (this.#unit === "groups") {
       return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
     }
-    const blocks = this.#blocks[instance];
-    return leading((k) => blocks.has(k), keys);
+    // Leading blocks cached, run by run, up to the first run not wholly cached.
+    const runs = this.#runs[instance], per = keys.runBlocks;
+    let n = 0;
+    for (let r = 0; n < keys.count; r++) {
+      const want = Math.min(per, keys.count - n);
+      const cached = runs.get(keys.runKey(r)) ?? 0;
+      if (cached < want) return n + cached;
+      n += want;
+    }
+    return n;
   }
 
   routed(): void {}
 
-  /** The block keys the router believes `instance` caches. */
-  blocksOf(instance: number): ReadonlySet<number> {
-    return this.#blocks[instance];
+  /** The block runs the router believes `instance` caches: run key → leading blocks cached. */
+  runsOf(instance: number): ReadonlyMap<number, number> {
+    return this.#runs[instance];
   }
 
   apply(status: InstanceStatus): void {
     const i = status.instance;
     if (status.cacheEvicted !== undefined) this.#groups[i].delete(status.cacheEvicted);
     if (status.cacheAdded !== undefined) this.#groups[i].add(status.cacheAdded);
-    if (status.blocksEvicted) { for (const k of status.blocksEvicted) this.#blocks[i].delete(k); }
-    if (status.blocksAdded) { for (const k of status.blocksAdded) this.#blocks[i].add(k); }
+    const changed = status.cachedRuns;
+    if (changed !== undefined) {
+      const runs = this.#runs[i];
+      for (let j = 0; j < changed.length; j += 2) {
+        if (changed[j + 1] > 0) runs.set(changed[j], changed[j + 1]);
+        else runs.delete(changed[j]);
+      }
+    }
   }
 }
 

@@ -3,42 +3,66 @@
  * An instance's KV cache in blocks, with prefix caching by block key (vLLM's
  * automatic prefix caching): blocks of finished prefills stay cached while
  * memory allows; blocks no running request references are evicted least
- * recently used first.
+ * recently used first, a prefix's last blocks before its first.
+ *
+ * The cache counts blocks per *run* of keys (see prefix_keys.ts): one node
+ * per run holds how many of the run's leading blocks are cached, who
+ * references how many, and where its evictable blocks sit in the LRU list.
+ * It behaves exactly as a cache with one entry per block — the same hits,
+ * evictions (in the same order) and allocation failures; a property test
+ * holds it to the block-by-block reference — at a cost per request of its
+ * runs, not its blocks (design.md, "Block runs").
  */
+import type { BlockKeys } from "./prefix_keys.ts";
 
-const NIL = -1;
+/**
+ * Blocks `[lo, hi)` of one run that became evictable together: one entry of
+ * the LRU list. Evicted from `hi` down; re-referenced from `lo` up.
+ */
+interface Segment {
+  readonly node: RunNode;
+  lo: number;
+  hi: number;
+  prev: Segment | null;
+  next: Segment | null;
+}
+
+/**
+ * One run key's blocks. Blocks `[0, cached)` are cached. Every reference
+ * covers a prefix `[0, e)` of the run, so block j's reference count is the
+ * number of references with extent > j: non-increasing in j. Blocks
+ * `[0, held)` are referenced (held = the largest extent); `[held, cached)`
+ * are evictable, in `segments` (oldest first = highest blocks first), and
+ * they are contiguous: the newest segment starts at `held`.
+ */
+interface RunNode {
+  readonly key: number;
+  cached: number;
+  /** Distinct reference extents and their counts, as flat pairs `[extent, count, …]`. */
+  readonly extents: number[];
+  /** The largest extent: blocks referenced. */
+  held: number;
+  /** The node's LRU segments, oldest (highest range) first. */
+  readonly segments: Segment[];
+}
 
 /**
  * Block accounting. Every block is in exactly one of three states: free,
  * held by running requests (private, or cached with a reference count > 0),
  * or cached and unreferenced (evictable, in LRU order). `free + held +
  * evictable = capacity` at all times.
- *
- * Cached blocks live in slots of typed arrays with an intrusive doubly
- * linked LRU list, because this is the batching model's hot path: a
- * `Map`-ordered LRU made eviction O(deleted entries) in V8 and a whole
- * Mooncake replay 300× slower (design.md, "Performance").
  */
 export class KvBlockCache {
   readonly capacity: number;
   readonly prefixCaching: boolean;
-  /** Key → slot of every cached block. */
-  readonly #slotOf = new Map<number, number>();
-  #key = new Float64Array(1024);
-  #refs = new Int32Array(1024);
-  #prev = new Int32Array(1024);
-  #next = new Int32Array(1024);
-  #freeSlots: number[] = [];
-  #used = 0;
-  /** LRU list of evictable slots: head is the least recently used. */
-  #head = NIL;
-  #tail = NIL;
+  readonly #nodes = new Map<number, RunNode>();
+  /** LRU list of evictable segments: head is the least recently used. */
+  #head: Segment | null = null;
+  #tail: Segment | null = null;
   #evictable = 0;
   #held = 0;
-  /** Called with each evicted key. */
-  onEvict: ((key: number) => void) | undefined;
-  /** Called with each key that becomes cached. */
-  onInsert: ((key: number) => void) | undefined;
+  /** Called whenever a run's cached length changes (0: the run left the cache). */
+  onRunChange: ((key: number, cachedBlocks: number) => void) | undefined;
 
   constructor(capacity: number, prefixCaching = true) {
     if (!(Number.isInteger(capacity) && capacity >= 1)) {
@@ -63,30 +87,41 @@ export class KvBlockCache {
     return this.capacity - this.#held - this.#evictable;
   }
 
-  /** Every cached key (held or evictable), in no particular order. */
-  keys(): IterableIterator<number> {
-    return this.#slotOf.keys();
+  /** Leading blocks of run `key` that are cached (0 when none). */
+  cachedBlocks(key: number): number {
+    return this.#nodes.get(key)?.cached ?? 0;
   }
 
-  /** Whether `key` is cached (held or evictable). */
-  has(key: number): boolean {
-    return this.#slotOf.has(key);
+  /** Every cached run as `[key, cachedBlocks]`, in no particular order. */
+  *runs(): IterableIterator<[number, number]> {
+    for (const node of this.#nodes.values()) yield [node.key, node.cached];
   }
 
   /**
-   * How many of the first `limit` keys are cached, stopping at the first miss
-   * (a block is only reusable when every block before it is).
+   * How many of the first `limit` keyed blocks are cached, stopping at the
+   * first miss (a block is only reusable when every block before it is).
    */
-  matchPrefix(keyAt: (index: number) => number, limit: number): number {
+  matchPrefix(keys: BlockKeys, limit: number): number {
     if (!this.prefixCaching) return 0;
+    const per = keys.runBlocks, nodes = this.#nodes;
+    if (limit > keys.count) limit = keys.count;
     let n = 0;
-    while (n < limit && this.#slotOf.has(keyAt(n))) n++;
+    for (let r = 0; n < limit; r++) {
+      const node = nodes.get(keys.runKey(r));
+      if (node === undefined) break;
+      const want = Math.min(per, limit - n);
+      if (node.cached < want) return n + node.cached;
+      n += want;
+    }
     return n;
   }
 
-  /** References the first `count` keys, which must be cached (see `matchPrefix`). */
-  acquire(keyAt: (index: number) => number, count: number): void {
-    for (let i = 0; i < count; i++) this.#reference(this.#slotOf.get(keyAt(i))!);
+  /** References the first `count` keyed blocks, which must be cached (see `matchPrefix`). */
+  acquire(keys: BlockKeys, count: number): void {
+    const per = keys.runBlocks;
+    for (let r = 0, start = 0; start < count; r++, start += per) {
+      this.#reference(this.#nodes.get(keys.runKey(r))!, Math.min(per, count - start));
+    }
   }
 
   /**
@@ -96,107 +131,155 @@ export class KvBlockCache {
    */
   allocate(count: number): boolean {
     if (count > this.free + this.#evictable) return false;
-    while (this.free < count) {
-      const slot = this.#head;
-      const key = this.#key[slot];
-      this.#unlink(slot);
-      this.#evictable--;
-      this.#slotOf.delete(key);
-      this.#freeSlots.push(slot);
-      this.onEvict?.(key);
-    }
+    if (this.free < count) this.#evict(count - this.free);
     this.#held += count;
     return true;
   }
 
   /**
-   * Turns private blocks holding computed keys `from..to−1` into cached
-   * blocks referenced once by their owner. A key someone else cached in the
-   * meantime is referenced instead, and the duplicate block freed. Only
-   * called with prefix caching on.
+   * Turns private blocks holding computed keyed blocks `from..to−1` into
+   * cached blocks referenced once by their owner, which already references
+   * `0..from−1`. A block someone else cached in the meantime is referenced
+   * instead, and the duplicate private block freed. Only called with prefix
+   * caching on.
    */
-  publish(keyAt: (index: number) => number, from: number, to: number): void {
-    for (let i = from; i < to; i++) {
-      const key = keyAt(i);
-      const slot = this.#slotOf.get(key);
-      if (slot === undefined) {
-        const fresh = this.#newSlot(key); // the private block becomes a cached one: still held
-        this.#refs[fresh] = 1;
-        this.onInsert?.(key);
-        continue;
+  publish(keys: BlockKeys, from: number, to: number): void {
+    const per = keys.runBlocks;
+    for (let r = Math.floor(from / per), start = r * per; start < to; r++, start += per) {
+      const a = Math.max(0, from - start), b = Math.min(per, to - start);
+      const key = keys.runKey(r);
+      let node = this.#nodes.get(key);
+      if (node === undefined) {
+        node = { key, cached: 0, extents: [], held: 0, segments: [] };
+        this.#nodes.set(key, node);
       }
-      this.#reference(slot);
-      this.#held--; // the now-duplicate private block is freed
+      const held = node.held, cached = node.cached;
+      // Evictable blocks [held, min(b, cached)) leave the LRU list; `#reference`
+      // counts [held, b) as newly held. But a block that was evictable is
+      // held now and its duplicate private block freed (no change), a fresh
+      // block was a private one already (no change), and of a block others
+      // hold, [a, min(held, b)), only the duplicate is freed.
+      this.#reference(node, b);
+      this.#held -= Math.max(0, b - held) + Math.max(0, Math.min(held, b) - a);
+      if (a > 0) this.#removeExtent(node, a);
+      if (b > cached) {
+        node.cached = b;
+        this.onRunChange?.(key, b);
+      }
     }
   }
 
   /**
-   * Releases a request's blocks: drops its reference on keys `0..keys−1`
-   * (tail first, so a prefix's last blocks are evicted before its first) and
-   * frees `privateBlocks`.
+   * Releases a request's blocks: drops its reference on keyed blocks
+   * `0..count−1` (tail first, so a prefix's last blocks are evicted before
+   * its first) and frees `privateBlocks`.
    */
-  release(keyAt: (index: number) => number, keys: number, privateBlocks: number): void {
-    const refs = this.#refs;
-    for (let i = keys - 1; i >= 0; i--) {
-      const slot = this.#slotOf.get(keyAt(i))!;
-      if (--refs[slot] === 0) {
-        this.#held--;
-        this.#evictable++;
-        this.#append(slot);
+  release(keys: BlockKeys, count: number, privateBlocks: number): void {
+    const per = keys.runBlocks;
+    for (let r = Math.ceil(count / per) - 1; r >= 0; r--) {
+      const node = this.#nodes.get(keys.runKey(r))!;
+      const before = node.held;
+      this.#removeExtent(node, Math.min(per, count - r * per));
+      if (node.held < before) {
+        const freed = before - node.held;
+        this.#held -= freed;
+        this.#evictable += freed;
+        const segment: Segment = { node, lo: node.held, hi: before, prev: this.#tail, next: null };
+        if (this.#tail === null) this.#head = segment;
+        else this.#tail.next = segment;
+        this.#tail = segment;
+        node.segments.push(segment);
       }
     }
     this.#held -= privateBlocks;
   }
 
-  #reference(slot: number): void {
-    if (this.#refs[slot]++ === 0) {
-      this.#unlink(slot);
-      this.#evictable--;
-      this.#held++;
+  /**
+   * How many of the next `limit` evictions can happen before one would take
+   * the last cached block of a run `keep` says must stay: the evictions are
+   * walked from the LRU head, and nothing is evicted. For planning ahead.
+   */
+  evictionsKeeping(limit: number, keep: (key: number) => boolean): number {
+    let done = 0;
+    let left: Map<RunNode, number> | undefined;
+    for (let s = this.#head; s !== null && done < limit; s = s.next) {
+      const take = Math.min(limit - done, s.hi - s.lo);
+      left ??= new Map();
+      const remaining = (left.get(s.node) ?? s.node.cached) - take;
+      if (remaining === 0 && keep(s.node.key)) return done + take - 1;
+      left.set(s.node, remaining);
+      done += take;
+    }
+    return done;
+  }
+
+  /** Adds a reference to blocks `[0, extent)` of `node`. */
+  #reference(node: RunNode, extent: number): void {
+    const extents = node.extents;
+    let i = 0;
+    while (i < extents.length && extents[i] !== extent) i += 2;
+    if (i < extents.length) extents[i + 1]++;
+    else extents.push(extent, 1);
+    if (extent <= node.held) return;
+    // Blocks [held, extent) leave the LRU list: the newest segments, lowest ranges first.
+    const segments = node.segments;
+    while (segments.length > 0) {
+      const s = segments[segments.length - 1];
+      if (s.lo >= extent) break;
+      if (s.hi <= extent) {
+        this.#evictable -= s.hi - s.lo;
+        this.#unlink(s);
+        segments.pop();
+      } else {
+        this.#evictable -= extent - s.lo;
+        s.lo = extent;
+        break;
+      }
+    }
+    this.#held += extent - node.held;
+    node.held = extent;
+  }
+
+  /** Drops one reference of extent `extent` from `node`, updating `node.held`. */
+  #removeExtent(node: RunNode, extent: number): void {
+    const extents = node.extents;
+    let i = 0;
+    while (extents[i] !== extent) i += 2;
+    if (--extents[i + 1] > 0) return;
+    const last = extents.length - 2;
+    extents[i] = extents[last];
+    extents[i + 1] = extents[last + 1];
+    extents.length = last;
+    if (extent < node.held) return;
+    let held = 0;
+    for (let j = 0; j < extents.length; j += 2) if (extents[j] > held) held = extents[j];
+    node.held = held;
+  }
+
+  /** Evicts `count` blocks from the LRU head. */
+  #evict(count: number): void {
+    while (count > 0) {
+      const s = this.#head!;
+      const node = s.node;
+      const take = Math.min(count, s.hi - s.lo);
+      count -= take;
+      s.hi -= take;
+      node.cached -= take;
+      this.#evictable -= take;
+      if (s.hi === s.lo) {
+        this.#unlink(s);
+        node.segments.shift();
+      }
+      if (node.cached === 0) this.#nodes.delete(node.key);
+      this.onRunChange?.(node.key, node.cached);
     }
   }
 
-  #newSlot(key: number): number {
-    let slot = this.#freeSlots.pop();
-    if (slot === undefined) {
-      slot = this.#used++;
-      if (slot === this.#key.length) this.#grow();
-    }
-    this.#key[slot] = key;
-    this.#prev[slot] = NIL;
-    this.#next[slot] = NIL;
-    this.#slotOf.set(key, slot);
-    return slot;
-  }
-
-  #grow(): void {
-    const size = this.#key.length * 2;
-    const grow = <T extends Float64Array | Int32Array>(a: T, make: (n: number) => T): T => {
-      const b = make(size);
-      b.set(a);
-      return b;
-    };
-    this.#key = grow(this.#key, (n) => new Float64Array(n));
-    this.#refs = grow(this.#refs, (n) => new Int32Array(n));
-    this.#prev = grow(this.#prev, (n) => new Int32Array(n));
-    this.#next = grow(this.#next, (n) => new Int32Array(n));
-  }
-
-  #append(slot: number): void {
-    this.#prev[slot] = this.#tail;
-    this.#next[slot] = NIL;
-    if (this.#tail === NIL) this.#head = slot;
-    else this.#next[this.#tail] = slot;
-    this.#tail = slot;
-  }
-
-  #unlink(slot: number): void {
-    const p = this.#prev[slot], n = this.#next[slot];
-    if (p === NIL) this.#head = n;
-    else this.#next[p] = n;
-    if (n === NIL) this.#tail = p;
-    else this.#prev[n] = p;
-    this.#prev[slot] = NIL;
-    this.#next[slot] = NIL;
+  #unlink(s: Segment): void {
+    if (s.prev === null) this.#head = s.next;
+    else s.prev.next = s.next;
+    if (s.next === null) this.#tail = s.prev;
+    else s.next.prev = s.prev;
+    s.prev = s.next = null;
   }
 }

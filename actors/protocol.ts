@@ -79,10 +79,12 @@ export interface InstanceStatus {
   readonly cacheAdded?: number;
   /** Prefix group the instance's cache just evicted, if any. */
   readonly cacheEvicted?: number;
-  /** Block keys that became cached since the last report (exact router view, batching model). */
-  readonly blocksAdded?: readonly number[];
-  /** Block keys evicted since the last report (exact router view, batching model). */
-  readonly blocksEvicted?: readonly number[];
+  /**
+   * Block runs whose cached length changed since the last report (exact
+   * router view, batching model), as flat pairs `[runKey, cachedBlocks, …]`:
+   * the run's leading `cachedBlocks` blocks are cached now; 0 = evicted.
+   */
+  readonly cachedRuns?: readonly number[];
 }
 
 /** An instance's own timer: time to report status (periodic reporting). */

@@ -31,9 +31,10 @@ export class StatusReporter {
   readonly #options: StatusReportingOptions;
   readonly #snapshot: () => InstanceStatus;
   #replyTo: ActorRef<InstanceStatus> | undefined;
-  /** Net cache events since the last report: key → true (now cached) or false (now evicted). */
+  /** Net cache events since the last report: group → true (now cached) or false (now evicted). */
   #groups = new Map<number, boolean>();
-  #blocks = new Map<number, boolean>();
+  /** Net block-run events since the last report: run key → blocks cached now. */
+  #runs = new Map<number, number>();
   #ticking = false;
   #dirty = false;
 
@@ -59,7 +60,7 @@ export class StatusReporter {
 
   /** Whether cache events wait to be reported. */
   get hasEvents(): boolean {
-    return this.#groups.size + this.#blocks.size > 0;
+    return this.#groups.size + this.#runs.size > 0;
   }
 
   /** Records a group the instance advertises. */
@@ -74,14 +75,9 @@ export class StatusReporter {
     this.#groups.set(group, false);
   }
 
-  /** Records a block key that became cached. */
-  blockAdded(key: number): void {
-    if (this.#options.blockEvents) this.#blocks.set(key, true);
-  }
-
-  /** Records an evicted block key. */
-  blockEvicted(key: number): void {
-    if (this.#options.blockEvents) this.#blocks.set(key, false);
+  /** Records that run `key` now has its leading `cachedBlocks` blocks cached (0: evicted). */
+  runChanged(key: number, cachedBlocks: number): void {
+    if (this.#options.blockEvents) this.#runs.set(key, cachedBlocks);
   }
 
   /** State changed: report now, or at the next tick. */
@@ -120,27 +116,25 @@ export class StatusReporter {
     if (replyTo === undefined) return;
     const base = this.#snapshot();
     const delay = this.#options.delayMs;
-    if (this.#groups.size === 0 && this.#blocks.size === 0) {
+    if (this.#groups.size === 0 && this.#runs.size === 0) {
       ctx.send(replyTo, base, delay); // the common case: counts only, one object
       return;
     }
     const added: number[] = [], evicted: number[] = [];
     for (const [group, cached] of this.#groups) (cached ? added : evicted).push(group);
     this.#groups.clear();
-    let blocksAdded: number[] | undefined, blocksEvicted: number[] | undefined;
-    if (this.#blocks.size > 0) {
-      blocksAdded = [];
-      blocksEvicted = [];
-      for (const [key, cached] of this.#blocks) (cached ? blocksAdded : blocksEvicted).push(key);
-      this.#blocks.clear();
+    let cachedRuns: number[] | undefined;
+    if (this.#runs.size > 0) {
+      cachedRuns = [];
+      for (const [key, cached] of this.#runs) cachedRuns.push(key, cached);
+      this.#runs.clear();
     }
     const count = Math.max(1, added.length, evicted.length);
     for (let i = 0; i < count; i++) {
       const status: { -readonly [K in keyof InstanceStatus]: InstanceStatus[K] } = { ...base };
       if (i < added.length) status.cacheAdded = added[i];
       if (i < evicted.length) status.cacheEvicted = evicted[i];
-      if (i === 0 && blocksAdded && blocksAdded.length > 0) status.blocksAdded = blocksAdded;
-      if (i === 0 && blocksEvicted && blocksEvicted.length > 0) status.blocksEvicted = blocksEvicted;
+      if (i === 0 && cachedRuns !== undefined) status.cachedRuns = cachedRuns;
       ctx.send(replyTo, status, delay);
     }
   }

@@ -56,7 +56,7 @@ Deno.test("batching: a lone request's prefill is chunked by the token budget, th
   assertEquals([r.promptTokens, r.cachedTokens, r.outputTokens], [600, 0, 3]);
   assertEquals(
     s.router.received[0].message,
-    status(0, { running: 1, pendingPrefillTokens: 600, kvUtilization: 38 / 1000, cacheAdded: 3 }),
+    status(0, { running: 1, queued: 1, pendingPrefillTokens: 600, kvUtilization: 38 / 1000, cacheAdded: 3 }),
   );
   assertEquals(s.router.received.at(-1)!.message.running, 0);
 });

@@ -49,13 +49,15 @@ Deno.test("with a status interval, an instance reports at most once per interval
   assertEquals(router.received[0].message.cacheAdded, 1);
 });
 
-Deno.test("exact view follows block events; approximate view learns from routing and forgets by LRU", () => {
-  const keys = blockKeys(request(0, 3), 16); // 64 prefix tokens → 4 blocks
+Deno.test("exact view follows block-run events; approximate view learns from routing and forgets by LRU", () => {
+  const keys = blockKeys(request(0, 3), 16); // 64 prefix tokens → 4 blocks, one run
   const exact = new ExactCacheView(2, "blocks");
-  exact.apply(status(0, { blocksAdded: [keys.keyAt(0), keys.keyAt(1)] }));
+  exact.apply(status(0, { cachedRuns: [keys.runKey(0), 2] }));
   assertEquals(exact.matchedBlocks(0, request(0, 3), keys), 2);
-  exact.apply(status(0, { blocksEvicted: [keys.keyAt(1)] }));
+  exact.apply(status(0, { cachedRuns: [keys.runKey(0), 1] }));
   assertEquals(exact.matchedBlocks(0, request(0, 3), keys), 1);
+  exact.apply(status(0, { cachedRuns: [keys.runKey(0), 0] }));
+  assertEquals(exact.matchedBlocks(0, request(0, 3), keys), 0);
 
   const approx = new ApproximateCacheView(2, "blocks", 6);
   approx.routed(1, request(0, 3), keys);
@@ -97,9 +99,10 @@ Deno.test("with periodic status, the router's exact block view ends equal to eac
           inspect({ router, instances }) {
             const view = router.view.cacheView as ExactCacheView;
             instances.forEach((instance, i) => {
-              const real = new Set((instance as BatchingInstance).cache.keys());
-              assertGreater(real.size, 100); // there was churn: 600 blocks for 60 groups × 64 blocks
-              assertEquals(new Set(view.blocksOf(i)), real);
+              const real = new Map((instance as BatchingInstance).cache.runs());
+              const blocks = [...real.values()].reduce((a, b) => a + b, 0);
+              assertGreater(blocks, 100); // there was churn: 600 blocks for 60 groups × 64 blocks
+              assertEquals(new Map(view.runsOf(i)), real);
             });
           },
         },

@@ -48,6 +48,12 @@ export interface ActorContext<M extends Message> {
   send<T extends Message>(to: ActorRef<T>, message: T, delayMs?: number): void;
   /** Sends `message` to this actor after `delayMs`; returns a cancellable id. */
   schedule(delayMs: number, message: M): TimerId;
+  /**
+   * Sends `message` to this actor at the absolute time `timeMs` (>= now):
+   * for an actor that computed a future instant itself, so that no
+   * `now + (timeMs − now)` rounding moves it. Returns a cancellable id.
+   */
+  scheduleAt(timeMs: number, message: M): TimerId;
   /** Cancels a timer; a cancelled timer never fires. Cancelling twice is harmless. */
   cancel(timer: TimerId): void;
   /** A uniform draw in [0, 1) from this actor's own seeded stream. */
@@ -92,6 +98,9 @@ class KernelContext<M extends Message> implements ActorContext<M> {
   }
   schedule(delayMs: number, message: M): TimerId {
     return this.kernel.enqueue(this.self, message, delayMs, this.self) as TimerId;
+  }
+  scheduleAt(timeMs: number, message: M): TimerId {
+    return this.kernel.enqueueAt(this.self, message, timeMs, this.self) as TimerId;
   }
   cancel(timer: TimerId): void {
     this.kernel.cancelTimer(timer);
@@ -192,7 +201,18 @@ export class Kernel {
 
   /** @internal Used by contexts; returns the message's `seq`. */
   enqueue(to: number, message: Message, delayMs: number, from: number): number {
-    if (!(delayMs >= 0) || delayMs === Infinity) {
+    return this.enqueueAt(to, message, this.#now + delayMs, from, delayMs);
+  }
+
+  /** @internal Like `enqueue`, at an absolute time; returns the message's `seq`. */
+  enqueueAt(
+    to: number,
+    message: Message,
+    timeMs: number,
+    from: number,
+    delayMs = timeMs - this.#now,
+  ): number {
+    if (!(delayMs >= 0) || delayMs === Infinity || !(timeMs >= this.#now)) {
       throw new RangeError(
         `send: delayMs must be a finite number >= 0 (time never moves backwards), got ${delayMs}` +
           ` (from ${from < 0 ? "outside" : this.nameOf(from)}, message "${message.type}")`,
@@ -206,7 +226,7 @@ export class Kernel {
       });
     }
     const seq = this.#seq++;
-    this.#queue.push(this.#now + delayMs, seq, to, message);
+    this.#queue.push(timeMs, seq, to, message);
     return seq;
   }
 

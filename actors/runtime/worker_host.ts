@@ -36,6 +36,10 @@ class HostContext implements ActorContext<Message> {
     this.outbox.push({ op: "schedule", timer, message, delayMs });
     return timer as TimerId;
   }
+  scheduleAt(timeMs: number, message: Message): TimerId {
+    // Real time: the central clock stamps by delay from this delivery.
+    return this.schedule(Math.max(0, timeMs - this.timeMs), message);
+  }
   cancel(timer: TimerId): void {
     this.outbox.push({ op: "cancel", timer });
   }
