@@ -130,8 +130,11 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #lastAccountMs = 0;
   #stretch: Stretch | undefined;
   readonly #coalesce: boolean;
+  readonly #eventDriven: boolean;
   /** Admitted sequences still owed their first token. */
   #prefilling = 0;
+  /** Sequences by KV tokens mod block size, for the stretch in progress. */
+  readonly #phase: Int32Array;
 
   constructor(
     index: number,
@@ -143,6 +146,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#options = options;
     this.#metrics = metrics;
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
+    this.#phase = new Int32Array(options.blockTokens);
     const reporter = this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
     const wantsBlocks = reporter.wantsBlockEvents;
     this.cache.onRunChange = (key, cached) => {
@@ -156,7 +160,8 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     };
     // Stretches keep every report where it was: none is due inside one when
     // the instance reports on change and no load signal is watched.
-    this.#coalesce = reporting.intervalMs === 0 && !reporter.wantsLoadSignals;
+    this.#eventDriven = reporting.intervalMs === 0;
+    this.#coalesce = this.#eventDriven && !reporter.wantsLoadSignals;
   }
 
   /** Requests waiting for admission. */
@@ -320,18 +325,54 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     this.#steps++;
     const stepMs = o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding;
     this.#busyMs += stepMs;
-    const steps = this.#coalesce && prefillTokens === 0 && decoding === running.length && this.waiting === 0
-      ? this.#stretchSteps()
-      : 1;
-    if (steps <= 1) {
-      ctx.schedule(stepMs, STEP_DONE);
-      return;
+    const stretch = this.#coalesce && prefillTokens === 0 && decoding === running.length &&
+      this.waiting === 0 &&
+      this.#planStretch(stepMs, ctx);
+    if (!stretch) ctx.schedule(stepMs, STEP_DONE);
+  }
+
+  /**
+   * Starts a stretch of identical decode steps from the one starting now, if
+   * more than one can run as one: up to the first step that finishes a
+   * sequence, stopping before a step whose allocations could fail (a
+   * preemption), would evict a block the router must hear of, or would evict
+   * a group's first block. Returns whether it did.
+   */
+  #planStretch(stepMs: number, ctx: ActorContext<BatchingCommand>): boolean {
+    const running = this.#running, B = this.#options.blockTokens, cache = this.cache;
+    let finishIn = Infinity;
+    for (const seq of running) {
+      const left = Math.max(1, seq.request.outputTokens) - seq.generated;
+      if (left < finishIn) finishIn = left;
     }
-    let endMs = ctx.now();
-    for (let j = 0; j < steps; j++) endMs += stepMs; // as the kernel would add each step's delay
-    const phase = new Int32Array(B);
-    for (const seq of running) phase[seq.target % B]++;
+    if (finishIn <= 1) return false;
+    // Each sequence takes a block at every boundary where its KV fills one.
+    const phase = this.#phase.fill(0);
+    let allocations = 0;
+    for (const seq of running) {
+      phase[seq.target % B]++;
+      allocations += Math.floor((seq.target + finishIn - 1) / B) - Math.floor(seq.target / B);
+    }
+    const free = cache.free;
+    let steps = finishIn;
+    if (allocations > free) {
+      // Evictions allowed: none when the router hears of every block; else up
+      // to the first that would empty a group's first run (a reported event).
+      const room = free + cache.evictable;
+      const evictions = this.#reporter.wantsBlockEvents
+        ? 0
+        : cache.evictionsKeeping(Math.min(room, allocations) - free, (key) => this.#groupOfFirstKey.has(key));
+      let total = 0;
+      for (steps = 1; steps < finishIn; steps++) {
+        const next = total + phase[(B - (steps % B)) % B];
+        if (next > room || next - free > evictions) break;
+        total = next;
+      }
+      if (steps <= 1) return false;
+    }
     const now = ctx.now();
+    let endMs = now;
+    for (let j = 0; j < steps; j++) endMs += stepMs; // as the kernel adds each step's delay
     this.#stretch = {
       stepMs,
       steps,
@@ -341,40 +382,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       nextMs: now + stepMs,
       timer: ctx.scheduleAt(endMs, STEP_DONE),
     };
-  }
-
-  /**
-   * How many identical decode steps, from the one starting now, can run as
-   * one stretch: up to the first step that finishes a sequence, stopping
-   * before a step whose allocations could fail (a preemption), would evict a
-   * block the router must hear of, or would evict a group's first block.
-   */
-  #stretchSteps(): number {
-    const running = this.#running, B = this.#options.blockTokens, cache = this.cache;
-    let finishIn = Infinity;
-    const phase = new Int32Array(B);
-    for (const seq of running) {
-      finishIn = Math.min(finishIn, Math.max(1, seq.request.outputTokens) - seq.generated);
-      phase[seq.target % B]++;
-    }
-    const free = cache.free, room = free + cache.evictable;
-    // Evictions allowed: none when the router hears of every block; else up to
-    // the first that would empty a group's first run (a reported event).
-    let allocations = 0;
-    for (let j = 1; j < finishIn; j++) allocations += phase[(B - (j % B)) % B];
-    const wanted = Math.min(room, allocations) - free;
-    const evictable = wanted <= 0
-      ? 0
-      : this.#reporter.wantsBlockEvents
-      ? 0
-      : cache.evictionsKeeping(wanted, (key) => this.#groupOfFirstKey.has(key));
-    let total = 0, j = 1;
-    for (; j < finishIn; j++) {
-      const next = total + phase[(B - (j % B)) % B];
-      if (next > room || next - free > evictable) break;
-      total = next;
-    }
-    return j;
+    return true;
   }
 
   /** Applies the stretch's step boundaries up to `now` (not its last: that is its timer's). */
@@ -553,7 +561,11 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #report(ctx: ActorContext<BatchingCommand>, always: boolean): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
-    const key = `${this.waiting}/${this.#running.length}/${this.#finished}/${this.#prefilling}`;
+    // On change, a prefill finishing is news too (hybrid gates on `queued`); a
+    // periodic scrape keeps its own rhythm, paced by the counts as before.
+    const key = this.#eventDriven || this.#reporter.wantsLoadSignals
+      ? `${this.waiting}/${this.#running.length}/${this.#finished}/${this.#prefilling}`
+      : `${this.waiting}/${this.#running.length}/${this.#finished}`;
     // Policies that read load signals get a report whenever those change (every step, in practice).
     let load = "";
     if (this.#reporter.wantsLoadSignals) {
