@@ -127,6 +127,16 @@ export class Kernel {
   readonly #seed: number;
   readonly #onDeliver: DeliveryTap | undefined;
   readonly #queue = new EventQueue<Message>();
+  /**
+   * Messages stamped with the current time, in send order: most messages
+   * (replies, reports) are sent for now, and a FIFO takes them in O(1)
+   * instead of the heap's O(log n). Exact: every heap entry stamped now was
+   * sent before the clock got here, so before any of these (design.md).
+   */
+  #laneSeq: number[] = [];
+  #laneTo: number[] = [];
+  #laneItem: (Message | undefined)[] = [];
+  #laneHead = 0;
   readonly #actors: Actor<Message>[] = [];
   readonly #contexts: KernelContext<Message>[] = [];
   readonly #names = new Set<string>();
@@ -158,7 +168,7 @@ export class Kernel {
 
   /** Messages and timers waiting to be delivered. */
   get pendingCount(): number {
-    return this.#queue.size;
+    return this.#queue.size + this.#laneSeq.length - this.#laneHead;
   }
 
   /**
@@ -226,7 +236,11 @@ export class Kernel {
       });
     }
     const seq = this.#seq++;
-    this.#queue.push(timeMs, seq, to, message);
+    if (timeMs === this.#now) {
+      this.#laneSeq.push(seq);
+      this.#laneTo.push(to);
+      this.#laneItem.push(message);
+    } else this.#queue.push(timeMs, seq, to, message);
     return seq;
   }
 
@@ -241,11 +255,14 @@ export class Kernel {
     this.#queue.forEach((message, to, timeMs, seq) => {
       if (!cancelled.has(seq)) visit(message, to, timeMs);
     });
+    for (let i = this.#laneHead; i < this.#laneSeq.length; i++) {
+      if (!cancelled.has(this.#laneSeq[i])) visit(this.#laneItem[i]!, this.#laneTo[i], this.#now);
+    }
   }
 
   /** Delivery time of the next message, or `Infinity` when none is waiting. */
   nextTimeMs(): number {
-    return this.#queue.peekTimeMs();
+    return this.#laneHead < this.#laneSeq.length ? this.#now : this.#queue.peekTimeMs();
   }
 
   /**
@@ -254,8 +271,7 @@ export class Kernel {
    */
   run(options: RunOptions = {}): void {
     const untilMs = options.untilMs ?? Infinity;
-    const queue = this.#queue;
-    while (queue.size > 0 && queue.peekTimeMs() <= untilMs) this.step();
+    while (this.pendingCount > 0 && this.nextTimeMs() <= untilMs) this.step();
   }
 
   /**
@@ -264,9 +280,8 @@ export class Kernel {
    */
   async runWithClock(clock: Clock, options: RunOptions = {}): Promise<void> {
     const untilMs = options.untilMs ?? Infinity;
-    const queue = this.#queue;
-    while (queue.size > 0 && queue.peekTimeMs() <= untilMs) {
-      const wait = clock.waitUntil(queue.peekTimeMs());
+    for (let next = this.nextTimeMs(); this.pendingCount > 0 && next <= untilMs; next = this.nextTimeMs()) {
+      const wait = clock.waitUntil(next);
       if (wait !== undefined) await wait;
       this.step();
     }
@@ -275,14 +290,29 @@ export class Kernel {
   /** Delivers the next message, if any. Returns false when the queue is empty. */
   step(): boolean {
     const queue = this.#queue;
-    if (queue.size === 0) return false;
-    const message = queue.pop();
-    const seq = queue.poppedSeq;
+    let message: Message, seq: number, to: number;
+    const head = this.#laneHead, laneSeq = this.#laneSeq;
+    if (head < laneSeq.length && !(queue.size > 0 && queue.peekTimeMs() === this.#now)) {
+      seq = laneSeq[head];
+      to = this.#laneTo[head];
+      message = this.#laneItem[head]!;
+      this.#laneItem[head] = undefined;
+      if (head + 1 === laneSeq.length) {
+        this.#laneHead = 0;
+        laneSeq.length = 0;
+        this.#laneTo.length = 0;
+        this.#laneItem.length = 0;
+      } else this.#laneHead = head + 1;
+    } else {
+      if (queue.size === 0) return false;
+      message = queue.pop();
+      seq = queue.poppedSeq;
+      to = queue.poppedTo;
+      this.#now = queue.poppedTimeMs;
+    }
     const cancelled = this.#cancelled;
     if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
-    const to = queue.poppedTo;
     this.#deliveringSeq = seq;
-    this.#now = queue.poppedTimeMs;
     this.#delivered++;
     if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
     try {
