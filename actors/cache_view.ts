@@ -7,6 +7,7 @@
  * production-stack's trie are), with its own capacity and LRU eviction.
  */
 import { LRUMap } from "mnemonist";
+import { KvBlockCache } from "./kv_block_cache.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
 import type { InstanceStatus, Request } from "./protocol.ts";
 
@@ -40,12 +41,6 @@ export function createCacheView(instanceCount: number, options: CacheViewOptions
     ? new ExactCacheView(instanceCount, options.unit)
     : new ApproximateCacheView(instanceCount, options.unit, options.capacity);
 }
-
-const leading = (has: (key: number) => boolean, keys: BlockKeys): number => {
-  let n = 0;
-  while (n < keys.count && has(keys.keyAt(n))) n++;
-  return n;
-};
 
 /** From the instances' reports: groups advertised, and block runs cached (batching). */
 export class ExactCacheView implements CacheView {
@@ -120,13 +115,19 @@ class UnboundedIndex implements Index {
   }
 }
 
-/** A router-side LRU index per instance, filled when the router routes. */
+/**
+ * A router-side LRU index per instance, filled when the router routes. In
+ * blocks it is a KV cache without requests: routing a request touches its
+ * cached prefix and caches the rest (evicting least recently used blocks,
+ * a prefix's last blocks first), as SGLang's radix tree inserts a routed
+ * prompt — so it costs O(runs) per request, like the instances' caches.
+ */
 export class ApproximateCacheView implements CacheView {
   readonly learnsFromRouting = true;
   readonly #groups: Index[];
-  readonly #blocks: Index[];
+  readonly #blocks: KvBlockCache[];
   readonly #unit: "groups" | "blocks";
-  /** Block model: each group's first block key, learned when routing its requests. */
+  /** Block model: each group's first run key, learned when routing its requests. */
   readonly #firstKey = new Map<number, number>();
 
   /**
@@ -135,25 +136,31 @@ export class ApproximateCacheView implements CacheView {
    */
   constructor(instanceCount: number, unit: "groups" | "blocks", capacity: number) {
     this.#unit = unit;
-    const make = (): Index =>
-      Number.isFinite(capacity) ? new LRUMap<number, true>(Math.max(1, capacity)) : new UnboundedIndex();
-    this.#groups = unit === "groups" ? Array.from({ length: instanceCount }, make) : [];
-    this.#blocks = unit === "blocks" ? Array.from({ length: instanceCount }, make) : [];
+    const bounded = Number.isFinite(capacity);
+    const size = bounded ? Math.max(1, Math.floor(capacity)) : Number.MAX_SAFE_INTEGER;
+    this.#groups = unit === "groups"
+      ? Array.from(
+        { length: instanceCount },
+        () => bounded ? new LRUMap<number, true>(size) : new UnboundedIndex(),
+      )
+      : [];
+    this.#blocks = unit === "blocks"
+      ? Array.from({ length: instanceCount }, () => new KvBlockCache(size))
+      : [];
   }
 
   holds(instance: number, group: number): boolean {
     if (this.#unit === "groups") return this.#groups[instance].has(group);
     // Block model: a group is held while its first block is in the (block-bounded) index.
     const first = this.#firstKey.get(group);
-    return first !== undefined && this.#blocks[instance].has(first);
+    return first !== undefined && this.#blocks[instance].cachedBlocks(first) > 0;
   }
 
   matchedBlocks(instance: number, request: Request, keys: BlockKeys): number {
     if (this.#unit === "groups") {
       return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
     }
-    const blocks = this.#blocks[instance];
-    return leading((k) => blocks.has(k), keys);
+    return this.#blocks[instance].matchPrefix(keys, keys.count);
   }
 
   routed(instance: number, request: Request, keys: BlockKeys): void {
@@ -161,11 +168,17 @@ export class ApproximateCacheView implements CacheView {
       if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
       return;
     }
-    if (request.prefixGroup >= 0 && keys.count > 0) this.#firstKey.set(request.prefixGroup, keys.keyAt(0));
-    // Last block first, so a prefix's first blocks are the most recently used
-    // and are forgotten last — as an instance evicts tail first.
-    const blocks = this.#blocks[instance];
-    for (let j = keys.count - 1; j >= 0; j--) blocks.set(keys.keyAt(j), true);
+    if (keys.count === 0) return;
+    if (request.prefixGroup >= 0) this.#firstKey.set(request.prefixGroup, keys.runKey(0));
+    // Touch the prefix already indexed, index the rest (as much as fits), and
+    // leave it all evictable: the deepest blocks the least recently used.
+    const index = this.#blocks[instance];
+    const hits = index.matchPrefix(keys, keys.count);
+    index.acquire(keys, hits);
+    const fresh = Math.min(keys.count - hits, index.free + index.evictable);
+    index.allocate(fresh);
+    if (fresh > 0) index.publish(keys, hits, hits + fresh);
+    index.release(keys, hits + fresh, 0);
   }
 
   apply(): void {}
