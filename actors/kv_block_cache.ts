@@ -20,11 +20,16 @@ import type { BlockKeys } from "./prefix_keys.ts";
  * the LRU list. Evicted from `hi` down; re-referenced from `lo` up.
  */
 interface Segment {
-  readonly node: RunNode;
+  node: RunNode;
   lo: number;
   hi: number;
+  /** Neighbours in the LRU list. */
   prev: Segment | null;
   next: Segment | null;
+  /** The node's next newer segment (lower range), or null. */
+  newer: Segment | null;
+  /** The node's next older segment (higher range), or null. */
+  older: Segment | null;
 }
 
 /**
@@ -36,14 +41,15 @@ interface Segment {
  * they are contiguous: the newest segment starts at `held`.
  */
 interface RunNode {
-  readonly key: number;
+  key: number;
   cached: number;
   /** Distinct reference extents and their counts, as flat pairs `[extent, count, …]`. */
   readonly extents: number[];
   /** The largest extent: blocks referenced. */
   held: number;
-  /** The node's LRU segments, oldest (highest range) first. */
-  readonly segments: Segment[];
+  /** The node's oldest LRU segment (highest range), then `newer` ones down to `newest`. */
+  oldest: Segment | null;
+  newest: Segment | null;
 }
 
 /**
@@ -61,6 +67,13 @@ export class KvBlockCache {
   #tail: Segment | null = null;
   #evictable = 0;
   #held = 0;
+  /**
+   * Nodes and segments are recycled: they live for minutes of simulated
+   * time, so fresh ones would all be promoted and die in the old generation,
+   * which grew a long replay's peak memory by half.
+   */
+  readonly #spareNodes: RunNode[] = [];
+  readonly #spareSegments: Segment[] = [];
   /** Called whenever a run's cached length changes (0: the run left the cache). */
   onRunChange: ((key: number, cachedBlocks: number) => void) | undefined;
 
@@ -150,7 +163,8 @@ export class KvBlockCache {
       const key = keys.runKey(r);
       let node = this.#nodes.get(key);
       if (node === undefined) {
-        node = { key, cached: 0, extents: [], held: 0, segments: [] };
+        node = this.#spareNodes.pop() ?? { key, cached: 0, extents: [], held: 0, oldest: null, newest: null };
+        node.key = key;
         this.#nodes.set(key, node);
       }
       const held = node.held, cached = node.cached;
@@ -184,11 +198,19 @@ export class KvBlockCache {
         const freed = before - node.held;
         this.#held -= freed;
         this.#evictable += freed;
-        const segment: Segment = { node, lo: node.held, hi: before, prev: this.#tail, next: null };
+        const segment = this.#spareSegments.pop() ??
+          { node, lo: 0, hi: 0, prev: null, next: null, newer: null, older: null };
+        segment.node = node;
+        segment.lo = node.held;
+        segment.hi = before;
+        segment.prev = this.#tail;
         if (this.#tail === null) this.#head = segment;
         else this.#tail.next = segment;
         this.#tail = segment;
-        node.segments.push(segment);
+        segment.older = node.newest;
+        if (node.newest === null) node.oldest = segment;
+        else node.newest.newer = segment;
+        node.newest = segment;
       }
     }
     this.#held -= privateBlocks;
@@ -222,19 +244,18 @@ export class KvBlockCache {
     else extents.push(extent, 1);
     if (extent <= node.held) return;
     // Blocks [held, extent) leave the LRU list: the newest segments, lowest ranges first.
-    const segments = node.segments;
-    while (segments.length > 0) {
-      const s = segments[segments.length - 1];
-      if (s.lo >= extent) break;
-      if (s.hi <= extent) {
-        this.#evictable -= s.hi - s.lo;
-        this.#unlink(s);
-        segments.pop();
-      } else {
+    for (let s = node.newest; s !== null && s.lo < extent; s = node.newest) {
+      if (s.hi > extent) {
         this.#evictable -= extent - s.lo;
         s.lo = extent;
         break;
       }
+      this.#evictable -= s.hi - s.lo;
+      this.#unlink(s);
+      node.newest = s.older;
+      if (node.newest === null) node.oldest = null;
+      else node.newest.newer = null;
+      this.#recycle(s);
     }
     this.#held += extent - node.held;
     node.held = extent;
@@ -268,11 +289,23 @@ export class KvBlockCache {
       this.#evictable -= take;
       if (s.hi === s.lo) {
         this.#unlink(s);
-        node.segments.shift();
+        node.oldest = s.newer;
+        if (node.oldest === null) node.newest = null;
+        else node.oldest.older = null;
+        this.#recycle(s);
       }
-      if (node.cached === 0) this.#nodes.delete(node.key);
-      this.onRunChange?.(node.key, node.cached);
+      const key = node.key, cached = node.cached;
+      if (cached === 0) {
+        this.#nodes.delete(key);
+        this.#spareNodes.push(node);
+      }
+      this.onRunChange?.(key, cached);
     }
+  }
+
+  #recycle(s: Segment): void {
+    s.newer = s.older = null;
+    this.#spareSegments.push(s);
   }
 
   #unlink(s: Segment): void {
