@@ -4,7 +4,13 @@
  * statistics (no per-request arrays), and summarises them at the end of a run.
  */
 import * as hdr from "hdr-histogram-js";
-import { assertNever, type DropReason, type InstanceStats, type MetricsCommand } from "./protocol.ts";
+import {
+  assertNever,
+  type CompletionRecord,
+  type DropReason,
+  type InstanceStats,
+  type MetricsCommand,
+} from "./protocol.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
 
 /**
@@ -42,6 +48,26 @@ export interface RequestMetrics {
   readonly hitRate: number | null;
   /** Cached prompt tokens / all prompt tokens, over completed requests; null when they had no prompt tokens. */
   readonly tokenHitRate: number | null;
+  /**
+   * Longest prefix cached on any instance when each request was routed / all
+   * prompt tokens: the token hit rate a perfect router could have had. Null
+   * when a completed request lacks it (real-time mode) or none completed.
+   */
+  readonly availableTokenHitRate: number | null;
+  /**
+   * Prompt tokens the router's view expected cached on the chosen instance /
+   * their prompt tokens, over requests whose policy consulted the view; null
+   * when none did (cache-blind policies).
+   */
+  readonly expectedTokenHitRate: number | null;
+  /** `availableTokenHitRate − tokenHitRate`: the hit rate routing left on the table (may be negative); null when either is. */
+  readonly routingRegret: number | null;
+  /**
+   * Expected tokens the chosen instance did not hold / expected tokens: how
+   * often the view promised a prefix that was not there; null when nothing
+   * was expected or it could not be checked (real-time mode).
+   */
+  readonly viewFalsePositiveRate: number | null;
   /** (max − min) / mean of per-instance completed counts; null when nothing completed. */
   readonly imbalance: number | null;
   /** Coefficient of variation (population) of per-instance completed counts; null when nothing completed. */
@@ -95,6 +121,14 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   #hits = 0;
   #promptTokens = 0;
   #cachedTokens = 0;
+  /** Routing accounting (see RoutingNote): sums over completed requests. */
+  #availableTokens = 0;
+  #lackingAvailable = 0;
+  #expectedTokens = 0;
+  #expectedPromptTokens = 0;
+  #expectedCount = 0;
+  #falseTokens = 0;
+  #uncheckedExpected = 0;
   #firstArrivalMs = Infinity;
   #lastEndMs = 0;
 
@@ -133,6 +167,7 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         if (r.cachedTokens > 0) this.#hits++;
         this.#promptTokens += r.promptTokens;
         this.#cachedTokens += r.cachedTokens;
+        this.#account(r);
         this.#outputTokens += r.outputTokens;
         if (r.outputTokens > 1) {
           this.#tpotSumMs += (r.endMs - r.firstTokenMs) / (r.outputTokens - 1);
@@ -156,6 +191,19 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     }
   }
 
+  /** Adds a completed request's routing note to the accounting sums. */
+  #account(r: CompletionRecord): void {
+    const note = r.routing;
+    if (note === undefined || note.availableTokens === null) this.#lackingAvailable++;
+    else this.#availableTokens += note.availableTokens;
+    if (note === undefined || note.expectedTokens === null) return;
+    this.#expectedCount++;
+    this.#expectedTokens += note.expectedTokens;
+    this.#expectedPromptTokens += r.promptTokens;
+    if (note.falseTokens === null) this.#uncheckedExpected++;
+    else this.#falseTokens += note.falseTokens;
+  }
+
   #busyMsPerInstance(): number[] {
     return this.#perInstanceBusyMs.map((ms, i) => this.#stats[i]?.busyMs ?? ms);
   }
@@ -168,6 +216,10 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     const spanMs = this.#lastEndMs - this.#firstArrivalMs;
     const perSec = (count: number) => spanMs > 0 ? count / (spanMs / 1000) : 0;
     const reported = this.#stats.filter((s): s is InstanceStats => s !== undefined && s.kvBlocks > 0);
+    const tokenHitRate = ratio(this.#cachedTokens, this.#promptTokens);
+    const availableTokenHitRate = this.#lackingAvailable > 0
+      ? null
+      : ratio(this.#availableTokens, this.#promptTokens);
     return {
       completed: n,
       dropped: this.#dropped,
@@ -179,7 +231,17 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       queueWaitMeanMs: ratio(this.#waitSumMs, n),
       e2eMeanMs: ratio(this.#e2eSumMs, n),
       hitRate: ratio(this.#hits, n),
-      tokenHitRate: ratio(this.#cachedTokens, this.#promptTokens),
+      tokenHitRate,
+      availableTokenHitRate,
+      expectedTokenHitRate: this.#expectedCount === 0
+        ? null
+        : ratio(this.#expectedTokens, this.#expectedPromptTokens),
+      routingRegret: availableTokenHitRate === null || tokenHitRate === null
+        ? null
+        : availableTokenHitRate - tokenHitRate,
+      viewFalsePositiveRate: this.#uncheckedExpected > 0
+        ? null
+        : ratio(this.#falseTokens, this.#expectedTokens),
       imbalance: rangeOverMean(this.#perInstanceCompleted),
       imbalanceCv: coefficientOfVariation(this.#perInstanceCompleted),
       // The batching model reports its engine's busy time (its requests overlap);

@@ -7,11 +7,26 @@ export * from "./runtime/mod.ts";
 export * from "./protocol.ts";
 export * from "./policies/mod.ts";
 export { type PrefixOptions, type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
-export { InstanceTable, Router } from "./router.ts";
+export {
+  type FleetCache,
+  InstanceTable,
+  type InstanceTableOptions,
+  Router,
+  type RouterOptions,
+} from "./router.ts";
 export { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
 export { PrefixCache } from "./prefix_cache.ts";
 export { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 export { type LengthDistribution, ZipfSampler } from "./distributions.ts";
+export {
+  type GeneratedRequest,
+  mooncakeLine,
+  type MooncakeRow,
+  TRACE_GENERATOR_DEFAULTS,
+  TRACE_GENERATOR_PARAMETERS,
+  TraceGenerator,
+  type TraceGeneratorOptions,
+} from "./trace_generator.ts";
 export {
   type InstancesConfig,
   type RunResult,

@@ -134,8 +134,8 @@ export async function simulateRealtime(
       entry: ENTRY,
       factory: "createSource",
       args: [config.workload, router],
-      // A trace replay may read its trace file, nothing else.
-      permissions: trace ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
+      // A trace replay may read its trace file, nothing else (a generated trace reads nothing).
+      permissions: trace?.path !== undefined ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
     }) as ActorRef<{ type: "start" }>;
     await runtime.start();
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });

@@ -17,7 +17,7 @@ import type { StatusReportingOptions } from "./status_reporter.ts";
 import { createCacheView } from "./cache_view.ts";
 import { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
 import type { EnginePresetName } from "./engine_presets.ts";
-import type { Actor, ActorRef } from "./runtime/kernel.ts";
+import type { Actor, ActorRef, DeliveryTap } from "./runtime/kernel.ts";
 import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
 
 /** The continuous-batching engine, resolved from a preset plus overrides. */
@@ -69,7 +69,15 @@ export interface RouterConfig {
 }
 
 /** Policies that read block-level matches (an exact view of a batching instance then needs its block events). */
-const BLOCK_AWARE = new Set(["sglang_cache_aware", "llmd_weighted", "dynamo_kv", "preble_e2", "vllm_prefix"]);
+const BLOCK_AWARE = new Set([
+  "prefix_aware",
+  "hybrid",
+  "sglang_cache_aware",
+  "llmd_weighted",
+  "dynamo_kv",
+  "preble_e2",
+  "vllm_prefix",
+]);
 /** Policies that read pending prefill, decode blocks or KV utilisation (kept fresh step by step). */
 const LOAD_AWARE = new Set(["llmd_weighted", "dynamo_kv", "preble_e2"]);
 
@@ -82,6 +90,7 @@ export function routerOptions(config: SimulationConfig): InstanceTableOptions {
     : router.approxCapacity ?? (batching ? instances.engine.kvBlocks : instances.cacheCapacity);
   return {
     blockTokens: instances.engine.blockTokens,
+    cacheUnit: batching ? "blocks" : "groups",
     cacheView: createCacheView(instances.count, {
       kind: router.cacheView,
       unit: batching ? "blocks" : "groups",
@@ -145,6 +154,8 @@ export interface SimulateOptions {
     readonly router: Router;
     readonly instances: readonly (ServingInstance | BatchingInstance)[];
   }) => void;
+  /** Observes every delivery, for tests that check messages one by one. @default none */
+  readonly onDeliver?: DeliveryTap;
 }
 
 /**
@@ -154,7 +165,7 @@ export interface SimulateOptions {
  * @throws {SimulationError} when an actor fails or requests are not conserved.
  */
 export function simulate(config: SimulationConfig, options: SimulateOptions = {}): RunResult {
-  const kernel = new Kernel({ seed: config.seed });
+  const kernel = new Kernel({ seed: config.seed, onDeliver: options.onDeliver });
   const count = config.instances.count;
   const metricsCollector = new MetricsCollector(count);
   const metrics = kernel.spawn("metrics", metricsCollector);
@@ -167,7 +178,11 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     kernel.spawn<ServeCommand>(`instance/${i}`, instance as unknown as Actor<ServeCommand>)
   );
   const policy = options.policy ?? createPolicy(config.policy);
-  const routerActor = new Router(instanceRefs, policy, routerOptions(config));
+  const routerActor = new Router(instanceRefs, policy, {
+    ...routerOptions(config),
+    // The god's-eye view, for routing accounting only (the policy never sees it).
+    fleetCache: { cachedPrefixTokens: (i, request) => instances[i].cachedPrefixTokens(request) },
+  });
   const router = kernel.spawn("router", routerActor);
   const source = createWorkloadSource(config.workload, router);
   kernel.send(kernel.spawn("source", source), { type: "start" });

@@ -5,12 +5,13 @@
  * Lines are read one buffer at a time, never the whole file.
  */
 import type { Request } from "./protocol.ts";
+import type { TraceGeneratorOptions } from "./trace_generator.ts";
 
 /** Supported trace formats. */
 export type TraceFormat = "mooncake" | "azure";
 
-/** Options for {@linkcode TraceReader}. */
-export interface TraceOptions {
+/** Options for {@linkcode TraceReader}: a trace file. */
+export interface TraceFileOptions {
   /** Path of the trace file. */
   readonly path: string;
   /** Its format. */
@@ -21,6 +22,41 @@ export interface TraceOptions {
   readonly skipInvalid: boolean;
   /** Stop after this many requests. @default all */
   readonly maxRequests?: number;
+  /** Only a generated trace has generator parameters. */
+  readonly generate?: undefined;
+}
+
+/**
+ * A generated trace, named by its generator's parameters instead of a file
+ * (actors/trace_generator.ts): replaying it equals replaying the file
+ * `deno task trace-gen` writes with the same parameters.
+ */
+export interface GeneratedTraceOptions {
+  /** The generator's parameters, complete. */
+  readonly generate: TraceGeneratorOptions;
+  /** A generated trace is in the Mooncake format. */
+  readonly format: "mooncake";
+  /** Time compression, as for a file. @default 1 */
+  readonly speed: number;
+  /** Stop after this many requests. @default all (`generate.requests`) */
+  readonly maxRequests?: number;
+  /** Only a trace file has a path. */
+  readonly path?: undefined;
+  /** A generated trace has no malformed lines to skip. */
+  readonly skipInvalid?: false;
+}
+
+/** The trace a run replays: a file, or a generated trace. */
+export type TraceOptions = TraceFileOptions | GeneratedTraceOptions;
+
+/** What a trace source reads requests from: a file's reader or a generated trace's. */
+export interface TraceRequestReader {
+  /** The next request, or undefined at the end. */
+  next(): TraceRequest | undefined;
+  /** Releases what the reader holds (its file). */
+  close(): void;
+  /** Malformed lines skipped so far. */
+  readonly skipped: number;
 }
 
 /** Tokens each Mooncake `hash_ids` entry covers. */
@@ -38,6 +74,28 @@ export class TraceFormatError extends Error {
 export type TraceRequest = Omit<Request, "id">;
 
 /**
+ * The request a Mooncake row describes: its whole prompt is keyed by its
+ * `hash_ids`, one key per 512-token block. Shared by the file reader and the
+ * generated trace, so both replay a row identically.
+ */
+export function mooncakeRequest(
+  arrivalMs: number,
+  inputLength: number,
+  outputLength: number,
+  hashIds: readonly number[],
+): TraceRequest {
+  return {
+    arrivalMs,
+    prefixGroup: hashIds[0],
+    prefixTokens: inputLength,
+    suffixTokens: 0,
+    outputTokens: outputLength,
+    prefixKeys: hashIds,
+    keyTokens: MOONCAKE_BLOCK_TOKENS,
+  };
+}
+
+/**
  * Reads a trace line by line, synchronously (an actor's handler cannot await).
  *
  * @example
@@ -47,8 +105,8 @@ export type TraceRequest = Omit<Request, "id">;
  * reader.close();
  * ```
  */
-export class TraceReader {
-  readonly #options: TraceOptions;
+export class TraceReader implements TraceRequestReader {
+  readonly #options: TraceFileOptions;
   readonly #file: Deno.FsFile;
   readonly #decoder = new TextDecoder();
   readonly #buffer = new Uint8Array(1 << 16);
@@ -64,7 +122,7 @@ export class TraceReader {
   /** Malformed lines skipped so far. */
   skipped = 0;
 
-  constructor(options: TraceOptions) {
+  constructor(options: TraceFileOptions) {
     this.#options = options;
     this.#file = Deno.openSync(options.path, { read: true });
     if (options.format === "azure") {
@@ -143,15 +201,7 @@ export class TraceReader {
         `hash_ids: expected ${blocks} integers >= 0 (one per 512-token block of input_length ${input})`,
       );
     }
-    return {
-      arrivalMs: this.#arrival(timestamp),
-      prefixGroup: ids[0] as number,
-      prefixTokens: input as number,
-      suffixTokens: 0,
-      outputTokens: output as number,
-      prefixKeys: ids as number[],
-      keyTokens: MOONCAKE_BLOCK_TOKENS,
-    };
+    return mooncakeRequest(this.#arrival(timestamp), input as number, output as number, ids as number[]);
   }
 
   #azure(line: string): TraceRequest {

@@ -1,30 +1,56 @@
 /**
  * @module
  * The trace source actor: replays a request trace to the router, streaming
- * it from disk, with the same batching of arrivals as the synthetic source.
+ * it from disk (or from its generator), with the same batching of arrivals as
+ * the synthetic source.
  */
+import { GeneratedTraceReader } from "./generated_trace_reader.ts";
 import { assertNever, type RouteCommand, type SourceCommand } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
-import { type TraceOptions, TraceReader, type TraceRequest } from "./trace_reader.ts";
+import {
+  type TraceOptions,
+  TraceReader,
+  type TraceRequest,
+  type TraceRequestReader,
+} from "./trace_reader.ts";
 
 const EMIT: SourceCommand = Object.freeze({ type: "emit" });
 
 /**
- * Emits each trace line as a request at its (scaled) time. Opens the file
+ * Opens the reader of a trace: the file's, or the generator's when the trace
+ * is named by generator parameters.
+ *
+ * @throws {RangeError} for an invalid generator parameter; a file-system error for an unreadable file.
+ */
+export function openTrace(options: TraceOptions): TraceRequestReader {
+  return options.generate !== undefined ? new GeneratedTraceReader(options) : new TraceReader(options);
+}
+
+/**
+ * Emits each trace line as a request at its (scaled) time. Opens the trace
  * when constructed and closes it after the last line.
  *
  * @throws {TraceFormatError} from a handler, for a malformed line (unless skipping).
  */
 export class TraceSource implements Actor<SourceCommand> {
-  readonly #reader: TraceReader;
+  readonly #reader: TraceRequestReader;
   readonly #router: ActorRef<RouteCommand>;
   readonly #batchSize: number;
   #lookahead: TraceRequest | undefined;
   #emitted = 0;
   #started = false;
 
-  constructor(options: TraceOptions, router: ActorRef<RouteCommand>, batchSize = 64) {
-    this.#reader = new TraceReader(options);
+  /**
+   * @param trace The trace's options (see {@linkcode openTrace}), or any reader of requests.
+   * @param router Where the requests go.
+   * @param batchSize Arrivals sent per handler call.
+   */
+  constructor(
+    trace: TraceOptions | TraceRequestReader,
+    router: ActorRef<RouteCommand>,
+    batchSize = 64,
+  ) {
+    this.#reader = "next" in trace ? trace : openTrace(trace);
     this.#router = router;
     this.#batchSize = batchSize;
   }

@@ -11,6 +11,51 @@ export async function writeFileAtomic(path: string, data: string | Uint8Array): 
 }
 
 /**
+ * Writes `chunks` to `path` atomically and streamed: each chunk goes to a
+ * temporary file beside `path` as it comes (memory holds one chunk, never the
+ * file), which is renamed over `path` only once complete. On an error, or
+ * when `signal` aborts (checked between chunks), the temporary file is
+ * removed and `path` left as it was.
+ */
+export async function writeChunksAtomic(
+  path: string,
+  chunks: Iterable<string | Uint8Array>,
+  signal?: AbortSignal,
+): Promise<void> {
+  const temp = `${path}.tmp-${Deno.pid}`;
+  if ((await Deno.lstat(path).catch(() => undefined))?.isDirectory) {
+    throw Object.assign(new Error(`Is a directory (os error 21): rename '${temp}' -> '${path}'`), {
+      code: "EISDIR",
+    });
+  }
+  await Deno.remove(temp).catch(() => {}); // left by an earlier process with our pid
+  const file = await Deno.open(temp, { write: true, createNew: true }).catch((error) => {
+    throw withPath(error, "open", path);
+  });
+  const encoder = new TextEncoder();
+  let closed = false, renamed = false;
+  try {
+    for (const chunk of chunks) {
+      signal?.throwIfAborted();
+      const bytes = typeof chunk === "string" ? encoder.encode(chunk) : chunk;
+      for (let at = 0; at < bytes.length;) {
+        at += await file.write(bytes.subarray(at)).catch((error) => {
+          throw withPath(error, "write", path); // name the file the user knows, not the temp
+        });
+      }
+    }
+    signal?.throwIfAborted();
+    file.close();
+    closed = true;
+    await Deno.rename(temp, path);
+    renamed = true;
+  } finally {
+    if (!closed) file.close();
+    if (!renamed) await Deno.remove(temp).catch(() => {});
+  }
+}
+
+/**
  * Writes every file of `files` (path → contents) to a temporary file beside
  * it first, and renames them over their targets only once all are written,
  * so a full disk or a read-only file leaves every previous file as it was.

@@ -1,8 +1,11 @@
 /**
  * @module
- * `deno task bench`: the speed figures of issue 2, on one thread — kernel
- * messages delivered per second, and requests simulated per second on the
- * default scenario for each policy. Best of several repetitions after warm-up.
+ * `deno task bench`: the speed and memory figures, on one thread — kernel
+ * messages delivered per second; requests simulated per second for each
+ * policy and model; the FIFO model side by side with the plain Python peer;
+ * long-prompt trace replay and a 1,000,000-request replay with their true
+ * peak memory; the plugin sandbox's cost. Best of several repetitions after
+ * warm-up; each part in a fresh process.
  */
 import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { POLICY_NAMES } from "../actors/policies/mod.ts";
@@ -13,6 +16,9 @@ import { parseScenario } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
 import { runPluginScenario } from "./run.ts";
+import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
+import type { SimulationConfig } from "../actors/simulation.ts";
+import { traceChunks, TraceTally } from "./trace_gen.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 
@@ -48,17 +54,29 @@ function best(repetitions: number, measure: () => number): number {
   return top;
 }
 
-/** Peak resident memory of this process, MB (Linux's VmHWM; current RSS elsewhere). */
-function peakRssMb(): number {
+/**
+ * This process's true peak resident memory, MB: the kernel's high-water mark
+ * from `getrusage` (FFI; the bench gives its parts `--allow-ffi` for this one
+ * call). Null, never a guess, where it cannot be read.
+ */
+function peakRssMb(): number | null {
+  if (Deno.permissions.querySync({ name: "ffi" }).state !== "granted") return null;
+  const os = Deno.build.os;
+  if (os !== "linux" && os !== "darwin") return null;
+  const lib = Deno.dlopen(os === "darwin" ? "libSystem.B.dylib" : "libc.so.6", {
+    getrusage: { parameters: ["i32", "buffer"], result: "i32" },
+  });
   try {
-    const status = Deno.readTextFileSync("/proc/self/status");
-    const kb = Number(/VmHWM:\s+(\d+) kB/.exec(status)?.[1]);
-    if (Number.isFinite(kb)) return kb / 1024;
-  } catch {
-    // not Linux
+    const usage = new BigInt64Array(18); // struct rusage: two timevals, then ru_maxrss
+    if (lib.symbols.getrusage(0, new Uint8Array(usage.buffer)) !== 0) return null;
+    const maxRss = Number(usage[4]); // KiB on Linux, bytes on macOS
+    return os === "darwin" ? maxRss / 2 ** 20 : maxRss / 1024;
+  } finally {
+    lib.close();
   }
-  return Deno.memoryUsage().rss / 2 ** 20;
 }
+
+const mb = (value: number | null) => value === null ? "n/a" : `${value.toFixed(0)} MB`;
 
 /** `--memory`: one 1,000,000-request run per model in a fresh process, reporting peak memory. */
 function memoryBench(model: "fifo" | "batching"): void {
@@ -70,7 +88,7 @@ function memoryBench(model: "fifo" | "batching"): void {
     `${model.padEnd(8)} 1,000,000 requests: ${seconds.toFixed(1)} s, ${
       (r.requests / seconds / 1000).toFixed(0)
     }k requests/s, ` +
-      `peak memory ${peakRssMb().toFixed(0)} MB (completed ${r.completed})`,
+      `peak memory ${mb(peakRssMb())} (completed ${r.completed})`,
   );
 }
 
@@ -129,6 +147,137 @@ async function pluginBench(requests: number): Promise<void> {
   );
 }
 
+/**
+ * `trace-gen`: 1,000,000 default requests generated and formatted as JSONL
+ * (what `deno task trace-gen` writes, without the disk), in a fresh process:
+ * rows per second and peak memory, which must not grow with the trace.
+ */
+function traceGenBench(requests: number): void {
+  const start = performance.now();
+  const generator = new TraceGenerator({ requests });
+  let bytes = 0;
+  for (const chunk of traceChunks(generator, new TraceTally())) bytes += chunk.length;
+  const seconds = (performance.now() - start) / 1000;
+  console.log(
+    `trace generator, ${requests.toLocaleString("en-US")} default requests as JSONL ` +
+      `(${(bytes / 2 ** 20).toFixed(0)} MB): ${seconds.toFixed(1)} s, ${
+        (requests / seconds / 1000).toFixed(0)
+      }k requests/s, peak memory ${mb(peakRssMb())} (at most ${generator.maxOpenSessions} sessions open)`,
+  );
+}
+
+/**
+ * `peer`: the FIFO model against ../shared/bench/python_peer.py, a plain
+ * heapq simulator of the same model, on its scenario, alternating so both
+ * see the same minutes; best of 3 each.
+ */
+async function peerBench(): Promise<void> {
+  const root = fileURLToPath(new URL("../", import.meta.url));
+  const peer = `${root}../shared/bench/`;
+  const config = parseScenario(JSON.parse(Deno.readTextFileSync(`${peer}peer_scenario.json`)));
+  let ours = 0, theirs = 0;
+  simulate(config); // warm-up
+  for (let i = 0; i < 3; i++) {
+    const start = performance.now();
+    const r = simulate(config);
+    ours = Math.max(ours, r.requests / ((performance.now() - start) / 1000));
+    const out = await new Deno.Command("python3", {
+      args: [`${peer}python_peer.py`, "hybrid", "--requests", String(config.workload.requests)],
+    }).output();
+    const perSec = Number(/req_per_s=(\d+)/.exec(new TextDecoder().decode(out.stdout))?.[1]);
+    if (!out.success || !Number.isFinite(perSec)) {
+      throw new Error("python3 ../shared/bench/python_peer.py failed");
+    }
+    theirs = Math.max(theirs, perSec);
+  }
+  console.log(
+    "FIFO model vs the Python peer, peer_scenario.json (hybrid, 200,000 requests), best of 3 each:",
+  );
+  console.log(`  ours    ${(ours / 1e3).toFixed(0).padStart(6)} k requests/s`);
+  console.log(`  python  ${(theirs / 1e3).toFixed(0).padStart(6)} k requests/s`);
+  console.log(`  ratio   ${(ours / theirs).toFixed(2)}×`);
+}
+
+/** The long-prompt conversation trace of the issue: the generator's defaults (≈ 12,000 requests over an hour, ≈ 12,000-token prompts). */
+const LONG_PROMPT: Partial<TraceGeneratorOptions> = {};
+
+/** Writes a generated trace to results/.bench/ (scratch, git-ignored) and returns its path. */
+function writeTrace(name: string, options: Partial<TraceGeneratorOptions>): string {
+  const dir = fileURLToPath(new URL("../results/.bench/", import.meta.url));
+  Deno.mkdirSync(dir, { recursive: true });
+  const path = `${dir}${name}.jsonl`;
+  const file = Deno.openSync(path, { write: true, create: true, truncate: true });
+  const encoder = new TextEncoder();
+  let chunk = "";
+  for (const row of new TraceGenerator(options)) {
+    chunk += mooncakeLine(row) + "\n";
+    if (chunk.length > 1 << 16) {
+      file.writeSync(encoder.encode(chunk));
+      chunk = "";
+    }
+  }
+  file.writeSync(encoder.encode(chunk));
+  file.close();
+  return path;
+}
+
+/** 8 batching instances (default preset) replaying a trace file or a generated trace. */
+function traceConfig(policy: string, trace: { path: string } | { generate: Partial<TraceGeneratorOptions> }) {
+  return parseScenario({
+    policy: { name: policy },
+    instances: { count: 8, model: "batching" },
+    workload: { trace: "path" in trace ? { path: trace.path, format: "mooncake" } : trace },
+  });
+}
+
+/** Runs once (for the true peak of one run), then best of `repetitions` more for speed. */
+function speedAndPeak(config: SimulationConfig, repetitions: number) {
+  const timed = () => {
+    const start = performance.now();
+    const r = simulate(config);
+    return { r, perSec: r.requests / ((performance.now() - start) / 1000) };
+  };
+  const first = timed();
+  const peak = peakRssMb();
+  let perSec = first.perSec;
+  for (let i = 0; i < repetitions; i++) perSec = Math.max(perSec, timed().perSec);
+  return { result: first.r, perSec, peak };
+}
+
+/**
+ * `trace`: the long-prompt Mooncake-format trace (generated, written to a
+ * file, replayed from it) on 8 batching instances: requests/s and the
+ * process's true peak memory after one replay, per policy.
+ */
+function traceBench(): void {
+  const path = writeTrace("long_prompt", LONG_PROMPT);
+  console.log(
+    "long-prompt trace replay (generated defaults, from its file), 8 batching instances, qwen2.5-7b:",
+  );
+  console.log("  policy          requests  requests/s  msgs/request  peak memory (after the first run)");
+  for (const policy of ["round_robin", "prefix_aware", "hybrid", "least_load"]) {
+    const { result, perSec, peak } = speedAndPeak(traceConfig(policy, { path }), 3);
+    console.log(
+      `  ${policy.padEnd(14)}  ${String(result.requests).padStart(8)}  ${
+        (perSec / 1e3).toFixed(1).padStart(8)
+      }k  ${(result.messages / result.requests).toFixed(1).padStart(12)}  ${mb(peak)}`,
+    );
+  }
+}
+
+/** `replay-1m`: a 1,000,000-request generated trace (the same traffic, 83 hours of it) replayed once, streamed. */
+function millionBench(): void {
+  const config = traceConfig("round_robin", { generate: { ...LONG_PROMPT, requests: 1_000_000 } });
+  const start = performance.now();
+  const r = simulate(config);
+  const seconds = (performance.now() - start) / 1000;
+  console.log(
+    `1,000,000-request generated trace replay, 8 batching instances, round_robin: ${seconds.toFixed(1)} s, ` +
+      `${(r.requests / seconds / 1e3).toFixed(1)}k requests/s, peak memory ${mb(peakRssMb())} ` +
+      `(completed ${r.completed}, dropped ${r.dropped})`,
+  );
+}
+
 /** The parts of `deno task bench`, in the order it runs them. */
 const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
   kernel() {
@@ -138,17 +287,22 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
     );
   },
   fifo: () => policyBench("fifo", 500_000),
+  peer: peerBench,
   batching: () => policyBench("batching", 200_000),
+  trace: traceBench,
+  "replay-1m": millionBench,
   "memory-fifo": () => memoryBench("fifo"),
   "memory-batching": () => memoryBench("batching"),
   plugin: () => pluginBench(200_000),
+  "trace-gen": () => traceGenBench(1_000_000),
 };
 
 const HELP = `Usage: deno task bench [PART…]
 
 Prints the speed figures: kernel messages/s, requests/s per model and policy,
-peak memory, the plugin sandbox's cost. Each part runs in its own deno
-process; with no PART, all of them in turn.
+the FIFO model beside the Python peer, long-prompt and 1,000,000-request
+trace replay with true peak memory, the plugin sandbox's cost. Each part runs
+in its own deno process; with no PART, all of them in turn.
 
   PART        ${Object.keys(PARTS).join(" | ")}
   -h, --help  show this help`;
@@ -161,7 +315,19 @@ process; with no PART, all of them in turn.
 async function runParts(names: readonly string[]): Promise<void> {
   for (const name of names) {
     const { code } = await new Deno.Command("deno", {
-      args: ["run", "--no-prompt", "--allow-read", fileURLToPath(import.meta.url), "--part", name],
+      // --allow-ffi: getrusage, for the true peak memory; --allow-write=results/.bench:
+      // the scratch trace; --allow-run=python3: the peer.
+      args: [
+        "run",
+        "--no-prompt",
+        "--allow-read",
+        "--allow-ffi",
+        "--allow-write=results/.bench",
+        "--allow-run=python3",
+        fileURLToPath(import.meta.url),
+        "--part",
+        name,
+      ],
       cwd: fileURLToPath(new URL("../", import.meta.url)),
       stdout: "inherit",
       stderr: "inherit",

@@ -69,7 +69,9 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
   --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
   --trace-speed X        compress trace time by X (2 = twice the load), > 0
   --skip-invalid         skip malformed trace lines (and report how many) instead of failing
-  --threshold N          hybrid's queue-depth gate (waiting requests), >= 0
+  --threshold N          hybrid's queue-depth gate, >= 0: follow the longest cached prefix only while
+                         fewer than N requests are queued there (fifo: waiting behind the one in service;
+                         batching: still owed their first token, waiting or in prefill)
   --instances N          number of serving instances, integer >= 1
   --rate R               arrival rate, requests per second, > 0
   --requests N           requests to simulate, integer >= 1
@@ -173,7 +175,9 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     else setAt(overrides, flag.path, value);
   }
   // With a trace, --requests caps how many of its requests are replayed.
-  const trace = (deepMerge(base, overrides) as { workload?: { trace?: { path?: unknown } } }).workload?.trace;
+  const trace =
+    (deepMerge(base, overrides) as { workload?: { trace?: { path?: unknown; generate?: unknown } } })
+      .workload?.trace;
   if (trace !== undefined && typeof values.requests === "string") {
     setAt(overrides, ["workload", "trace", "maxRequests"], Number(values.requests));
     delete (overrides.workload as Record<string, unknown>).requests;
@@ -183,7 +187,7 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     const set = flag === "--trace-speed"
       ? typeof values["trace-speed"] === "string"
       : values["skip-invalid"] === true;
-    if (set && trace?.path === undefined) {
+    if (set && trace?.path === undefined && trace?.generate === undefined) {
       throw new UsageError(`${flag}: needs --trace FILE (or workload.trace in the scenario file)`);
     }
   }

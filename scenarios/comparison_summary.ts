@@ -25,6 +25,10 @@ interface Averages {
   readonly ttftP99Ms: number | null;
   readonly hitRate: number | null;
   readonly tokenHitRate: number | null;
+  readonly availableTokenHitRate: number | null;
+  readonly expectedTokenHitRate: number | null;
+  readonly routingRegret: number | null;
+  readonly viewFalsePositiveRate: number | null;
   readonly imbalance: number | null;
   readonly droppedFraction: number | null;
   readonly goodputRps: number | null;
@@ -45,6 +49,10 @@ function average(label: string, rows: readonly SummaryRow[]): Averages {
     ttftP99Ms: avg((r) => r.mean.ttftP99Ms),
     hitRate: avg((r) => r.mean.hitRate),
     tokenHitRate: avg((r) => r.mean.tokenHitRate),
+    availableTokenHitRate: avg((r) => r.mean.availableTokenHitRate),
+    expectedTokenHitRate: avg((r) => r.mean.expectedTokenHitRate),
+    routingRegret: avg((r) => r.mean.routingRegret),
+    viewFalsePositiveRate: avg((r) => r.mean.viewFalsePositiveRate),
     imbalance: avg((r) => r.mean.imbalance),
     droppedFraction: avg((r) => r.mean.droppedFraction),
     goodputRps: avg((r) => r.mean.goodputRps),
@@ -66,18 +74,35 @@ function ranked(averages: readonly Averages[]): Averages[] {
 }
 
 const header =
-  "  policy                          TTFT ms   p99 ms    hit   tok hit  imbalance   dropped  goodput/s";
+  "  policy                          TTFT ms   p99 ms    hit   tok hit  avail   expect  regret  view fp" +
+  "  imbalance   dropped  goodput/s";
 const line = (a: Averages, mark = "") =>
   `  ${(a.label + mark).padEnd(30)} ${formatMetric(a.ttftMeanMs, 1).padStart(8)} ${
     formatMetric(a.ttftP99Ms, 1).padStart(8)
-  }  ${formatMetric(a.hitRate, 3).padEnd(5)}  ${formatMetric(a.tokenHitRate, 3).padEnd(5)}  ${
-    formatMetric(a.imbalance, 3).padStart(9)
-  }  ${formatMetric(a.droppedFraction === null ? null : a.droppedFraction * 100, 1, "%").padStart(8)}  ${
-    formatMetric(a.goodputRps, 2).padStart(9)
-  }`;
+  }  ${formatMetric(a.hitRate, 3).padEnd(5)}  ${formatMetric(a.tokenHitRate, 3).padEnd(5)}    ${
+    formatMetric(a.availableTokenHitRate, 3).padEnd(5)
+  }  ${formatMetric(a.expectedTokenHitRate, 3).padEnd(5)}  ${formatMetric(a.routingRegret, 3).padStart(6)}  ${
+    formatMetric(a.viewFalsePositiveRate, 3).padStart(7)
+  }  ${formatMetric(a.imbalance, 3).padStart(9)}  ${
+    formatMetric(a.droppedFraction === null ? null : a.droppedFraction * 100, 1, "%").padStart(8)
+  }  ${formatMetric(a.goodputRps, 2).padStart(9)}`;
 /** The ranked table's lines: `*` marks the best, if any policy can rank. */
 const rankedLines = (averages: readonly Averages[]) =>
   ranked(averages).map((a, k) => line(a, k === 0 && canRank(a) ? " *" : ""));
+
+/** What the routing-accounting columns mean (design.md, "Routing quality"). */
+const ROUTING_LEGEND =
+  "(avail: longest prefix cached on any instance when routed, per prompt token; expect: what the router's view " +
+  "expected on its choice; regret = avail − tok hit; view fp: expected tokens the choice did not hold / expected; " +
+  "n/a: not measurable for that policy or run)";
+
+/** " Lowest routing regret: X (r)." over the policies that have one; "" when none has. */
+function lowestRegret(averages: readonly Averages[]): string {
+  const measured = averages.filter((a) => a.routingRegret !== null);
+  if (measured.length === 0) return "";
+  const best = [...measured].sort((a, b) => a.routingRegret! - b.routingRegret!)[0];
+  return ` Lowest routing regret: ${best.label} (${best.routingRegret!.toFixed(3)}).`;
+}
 
 /** The comparison section of `summary.txt`. */
 export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): string {
@@ -93,6 +118,7 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
     `Averages over the ${operational.length} of ${byPoint.length} points where every policy has mean TTFT < ${
       OPERATIONAL_TTFT_MS / 1000
     } s and drops at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests (best TTFT first):`,
+    ROUTING_LEGEND,
     "",
     header,
   );
@@ -110,7 +136,8 @@ export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): str
         `${
           ((worst.ttftMeanMs! / best.ttftMeanMs! - 1) * 100).toFixed(0)
         }% slower). Highest token hit rate: ` +
-        `${[...overall].sort((a, b) => b.tokenHitRate! - a.tokenHitRate!)[0].label}.`,
+        `${[...overall].sort((a, b) => b.tokenHitRate! - a.tokenHitRate!)[0].label}.` +
+        lowestRegret(overall),
     );
   }
   const lost = labels.map((l) => average(l, rows.filter((r) => r.label === l)));

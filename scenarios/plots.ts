@@ -286,7 +286,8 @@ function loadCharts(rows: readonly SummaryRow[], study: Study, loadAxis: string,
         regimes.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
         plot({
           x: {
-            label: "hybrid threshold (waiting requests at the cached instance)",
+            // Model-neutral: `queued` is the waiting requests (FIFO) or those owed their first token (batching).
+            label: "hybrid threshold (requests queued at the cached instance)",
             ticks: [...new Set(thresholdData.map((d) => d.threshold))],
           },
           y: { label: "mean TTFT (ms)", grid: true },

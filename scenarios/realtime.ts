@@ -15,7 +15,8 @@ import {
   SCENARIO_OPTIONS,
 } from "./command_line.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import { type TraceOptions, TraceReader } from "../actors/trace_reader.ts";
+import type { TraceOptions } from "../actors/trace_reader.ts";
+import { openTrace } from "../actors/trace_source.ts";
 import { LiveView } from "./live_view.ts";
 import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
@@ -72,7 +73,7 @@ export function minimumSpeed(config: SimulationConfig): number {
 
 /** Simulated ms from a trace's first arrival to its last (after `speed` and `maxRequests`). */
 function traceSpanMs(trace: TraceOptions): number {
-  const reader = new TraceReader(trace);
+  const reader = openTrace(trace);
   try {
     let last = 0;
     for (let r = reader.next(); r; r = reader.next()) last = r.arrivalMs;

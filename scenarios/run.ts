@@ -43,7 +43,7 @@ export async function runPluginScenario(
     workers: 1,
     plugin,
     pluginTimeoutMs: timeoutMs,
-    readPaths: config.workload.trace ? [config.workload.trace.path] : [],
+    readPaths: config.workload.trace?.path !== undefined ? [config.workload.trace.path] : [],
     onWallMs: (_, ms) => wallMs = ms,
   });
   return { ...result, wallMs, scenario: config };

@@ -40,7 +40,11 @@ export function formatReport(report: RunReport): string {
     ? `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
       `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`
     : `fifo (${c.instances.overheadMs} ms + ${c.instances.prefillMsPerToken} ms/uncached token, cache ${c.instances.cacheCapacity} groups)`;
-  const workload = w.trace
+  const workload = w.trace?.generate !== undefined
+    ? `generated trace (${w.trace.generate.requests} requests at ${
+      Number(w.trace.generate.ratePerSec.toPrecision(4))
+    } req/s, seed ${w.trace.generate.seed}; mooncake, speed ${w.trace.speed}×)`
+    : w.trace
     ? `trace ${w.trace.path} (${w.trace.format}, speed ${w.trace.speed}×)`
     : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
       `prefix ${p.tokens} + suffix ${suffix} tokens`;
@@ -73,6 +77,11 @@ export function formatReport(report: RunReport): string {
   }
   lines.push(
     `  hit rate      ${f3(report.hitRate)} of requests, ${f3(report.tokenHitRate)} of prompt tokens`,
+    `  routing       available ${f3(report.availableTokenHitRate)} · expected ${
+      f3(report.expectedTokenHitRate)
+    } of prompt tokens · regret ${f3(report.routingRegret)} · view false positives ${
+      f3(report.viewFalsePositiveRate)
+    }`,
     `  imbalance     ${f3(report.imbalance)} (max-min)/mean · cv ${f3(report.imbalanceCv)} · busy-time cv ${
       f3(report.busyImbalanceCv)
     }`,

@@ -8,7 +8,12 @@ import { z } from "zod";
 import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
 import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
 import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
-import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
+import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
+import {
+  TRACE_GENERATOR_PARAMETERS,
+  type TraceGeneratorOptions,
+  type TraceGeneratorParameter,
+} from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
@@ -23,6 +28,77 @@ const lengthDistribution = z.discriminatedUnion("dist", [
     { message: "expected max >= min", path: ["max"] },
   ),
 ]);
+
+/** One trace-generator parameter's schema: its bounds and default, from the generator's table. */
+function generatorParameter(parameter: TraceGeneratorParameter) {
+  let schema = z.number();
+  if (parameter.integer) schema = schema.int();
+  schema = parameter.exclusiveMin ? schema.gt(parameter.min) : schema.min(parameter.min);
+  if (parameter.max !== undefined) schema = schema.max(parameter.max);
+  if (parameter.multipleOf !== undefined) schema = schema.multipleOf(parameter.multipleOf);
+  return schema.default(parameter.default);
+}
+
+/** `workload.trace.generate`: every parameter of actors/trace_generator.ts, each optional. */
+const traceGenerator = z.strictObject(
+  Object.fromEntries(
+    Object.entries(TRACE_GENERATOR_PARAMETERS).map((entry) => [entry[0], generatorParameter(entry[1])]),
+  ) as Record<keyof TraceGeneratorOptions, ReturnType<typeof generatorParameter>>,
+);
+
+/**
+ * `workload.trace`: a trace file (`path`) or a generated trace (`generate`,
+ * the generator's parameters), never both.
+ */
+const trace = z.strictObject({
+  path: z.string().min(1).optional(),
+  generate: traceGenerator.optional(),
+  format: z.enum(["mooncake", "azure"]).optional(),
+  speed: z.number().gt(0).default(1),
+  skipInvalid: z.boolean().optional(),
+  maxRequests: count(1).optional(),
+}).superRefine((t, ctx) => {
+  if (t.path === undefined && t.generate === undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: [],
+      message: "expected a trace file (path) or generator parameters (generate)",
+    });
+  }
+  if (t.generate === undefined) return;
+  if (t.path !== undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["path"],
+      message:
+        "expected no path beside workload.trace.generate (a trace is read from a file or generated, not both)",
+    });
+  }
+  if (t.format === "azure") {
+    ctx.addIssue({
+      code: "custom",
+      path: ["format"],
+      message: 'expected "mooncake" (a generated trace is in the Mooncake format)',
+    });
+  }
+  if (t.skipInvalid !== undefined) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["skipInvalid"],
+      message: "used only when replaying a trace file (a generated trace has no malformed lines)",
+    });
+  }
+}).transform((t): TraceOptions =>
+  t.generate !== undefined
+    ? { generate: t.generate, format: "mooncake", speed: t.speed, maxRequests: t.maxRequests }
+    : {
+      path: t.path!,
+      format: t.format ?? (t.path!.endsWith(".csv") ? "azure" : "mooncake"),
+      speed: t.speed,
+      skipInvalid: t.skipInvalid ?? false,
+      maxRequests: t.maxRequests,
+    }
+);
 
 /**
  * The scenario schema with every default. Defaults put the default scenario in
@@ -101,16 +177,7 @@ export const scenarioSchema = z.strictObject({
       thinkTimeMs: z.number().gt(0),
       keyTokens: count(1).default(16),
     }).optional(),
-    trace: z.strictObject({
-      path: z.string().min(1),
-      format: z.enum(["mooncake", "azure"]).optional(),
-      speed: z.number().gt(0).default(1),
-      skipInvalid: z.boolean().default(false),
-      maxRequests: count(1).optional(),
-    }).transform((t) => ({
-      ...t,
-      format: t.format ?? (t.path.endsWith(".csv") ? "azure" as const : "mooncake" as const),
-    })).optional(),
+    trace: trace.optional(),
   }).prefault({}),
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
@@ -156,6 +223,21 @@ export const scenarioSchema = z.strictObject({
       path: ["instances", "engine", "blockTokens"],
       message: `expected a divisor of ${MOONCAKE_BLOCK_TOKENS} (the Mooncake trace's block size)`,
     });
+  }
+  const generated = trace?.generate;
+  if (generated !== undefined) {
+    const requests = Math.min(generated.requests, trace!.maxRequests ?? Infinity);
+    const min = Number((minRatePerSec(requests, s.untilMs) / trace!.speed).toPrecision(3));
+    if (generated.ratePerSec < min) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["workload", "trace", "generate", "ratePerSec"],
+        message:
+          `expected a number >= ${min} (below it, at speed ${trace!.speed}, its ${requests} requests ` +
+          `span over 2^42 ms ≈ 139 years of simulated time on average, and past 2^43 ms the clock no longer ` +
+          `resolves the 1 µs TTFT is measured in)`,
+      });
+    }
   }
   const minRate = minRatePerSec(s.workload.requests, s.untilMs);
   if (!s.workload.trace && s.workload.ratePerSec < minRate) {
@@ -284,6 +366,8 @@ function expectation(issue: z.core.$ZodIssue): string {
       return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
     case "unrecognized_keys":
       return "unknown field (see the formats in README)";
+    case "not_multiple_of":
+      return `expected a multiple of ${String(issue.divisor)}`;
     case "invalid_union":
       return "options" in issue && Array.isArray(issue.options)
         ? `expected one of ${issue.options.map((v) => JSON.stringify(v)).join(", ")}`
@@ -353,7 +437,7 @@ function keepOutOfRange(_key: string, value: unknown, context?: { source?: strin
  */
 export function resolveTracePath(config: SimulationConfig): SimulationConfig {
   const trace = config.workload.trace;
-  if (trace === undefined) return config;
+  if (trace?.path === undefined) return config;
   return { ...config, workload: { ...config.workload, trace: { ...trace, path: fromCaller(trace.path) } } };
 }
 

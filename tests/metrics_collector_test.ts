@@ -93,3 +93,71 @@ Deno.test("imbalance formulas match their definitions", () => {
   assertAlmostEquals(coefficientOfVariation([12, 8, 10, 10])!, Math.sqrt(2) / 10);
   assertEquals([rangeOverMean([0, 0]), coefficientOfVariation([0, 0])], [null, null]);
 });
+
+Deno.test("routing accounting folds the notes of completed requests into hit rates, regret and view false positives", async (t) => {
+  const summarise = (records: CompletionRecord[]) => {
+    const kernel = new Kernel();
+    const collector = new MetricsCollector(1);
+    const ref = kernel.spawn<MetricsCommand>("metrics", collector);
+    for (const r of records) kernel.send(ref, { type: "completed", record: r });
+    kernel.run();
+    return collector.summary();
+  };
+  const note = (
+    availableTokens: number | null,
+    expectedTokens: number | null,
+    falseTokens: number | null,
+  ) => ({
+    availableTokens,
+    expectedTokens,
+    falseTokens,
+  });
+  await t.step("sums over all completed requests; expected over those with an expectation", () => {
+    const s = summarise([
+      record({ promptTokens: 100, cachedTokens: 50, routing: note(80, 60, 10) }),
+      record({ promptTokens: 300, cachedTokens: 0, routing: note(40, null, null) }),
+      record({ promptTokens: 100, cachedTokens: 100, routing: note(90, 40, 0) }),
+    ]);
+    assertAlmostEquals(s.tokenHitRate!, 150 / 500);
+    assertAlmostEquals(s.availableTokenHitRate!, 210 / 500);
+    assertAlmostEquals(s.expectedTokenHitRate!, 100 / 200);
+    assertAlmostEquals(s.routingRegret!, 210 / 500 - 150 / 500);
+    assertAlmostEquals(s.viewFalsePositiveRate!, 10 / 100);
+  });
+  await t.step("regret is negative when more was delivered than was available at routing time", () => {
+    const s = summarise([record({ promptTokens: 100, cachedTokens: 64, routing: note(32, 32, 0) })]);
+    assertAlmostEquals(s.routingRegret!, -0.32);
+  });
+  await t.step(
+    "one request without an available count (no note, or real time) makes it unknown, not 0",
+    () => {
+      const missing = summarise([record({ routing: note(80, 60, 10) }), record({})]);
+      const realtime = summarise([record({ routing: note(null, 60, null) })]);
+      for (const s of [missing, realtime]) {
+        assertEquals([s.availableTokenHitRate, s.routingRegret], [
+          null,
+          null,
+        ]);
+      }
+      assertAlmostEquals(missing.expectedTokenHitRate!, 0.6);
+      assertEquals([realtime.expectedTokenHitRate, realtime.viewFalsePositiveRate], [0.6, null]);
+    },
+  );
+  await t.step(
+    "nothing expected (cache-blind policy, or expectations of 0 tokens): no false-positive rate",
+    () => {
+      const blind = summarise([record({ routing: note(80, null, null) })]);
+      assertEquals([blind.expectedTokenHitRate, blind.viewFalsePositiveRate], [null, null]);
+      assertAlmostEquals(blind.availableTokenHitRate!, 0.8);
+      const zero = summarise([record({ routing: note(0, 0, 0) })]);
+      assertEquals([zero.expectedTokenHitRate, zero.viewFalsePositiveRate, zero.routingRegret], [0, null, 0]);
+    },
+  );
+  await t.step("nothing completed: every accounting rate is null", () => {
+    const s = new MetricsCollector(1).summary();
+    assertEquals(
+      [s.availableTokenHitRate, s.expectedTokenHitRate, s.routingRegret, s.viewFalsePositiveRate],
+      [null, null, null, null],
+    );
+  });
+});

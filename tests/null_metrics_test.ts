@@ -25,6 +25,10 @@ const NULLABLE = [
   "e2eMeanMs",
   "hitRate",
   "tokenHitRate",
+  "availableTokenHitRate",
+  "expectedTokenHitRate",
+  "routingRegret",
+  "viewFalsePositiveRate",
   "imbalance",
   "imbalanceCv",
   "busyImbalanceCv",
@@ -179,7 +183,7 @@ Deno.test("a sweep point where everything was dropped has null means, empty CSV 
   assert(!table.includes(" *"), table);
   assertStringIncludes(
     table,
-    "  round_robin                         n/a      n/a  n/a    n/a          n/a    100.0%       0.00\n",
+    "  round_robin                         n/a      n/a  n/a    n/a      n/a    n/a       n/a      n/a        n/a    100.0%       0.00\n",
   );
 });
 

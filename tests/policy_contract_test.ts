@@ -31,11 +31,12 @@ const SPECS: PolicySpec[] = [
   { name: "vllm_prefix" },
 ];
 
+/** A request of `group` whose prefix is two 16-token blocks (block-level policies see a group by its blocks). */
 const request = (group: number): Request => ({
   id: 0,
   arrivalMs: 0,
   prefixGroup: group,
-  prefixTokens: 10,
+  prefixTokens: 32,
   suffixTokens: 10,
   outputTokens: 1,
 });
@@ -152,8 +153,8 @@ Deno.test("prefix_aware prefers a holder even when it is the busiest, least load
   assertEquals(createPolicy({ name: "prefix_aware" }).choose(request(9), view, rng()), 1);
 });
 
-Deno.test("hybrid uses the best holder only while its waiting count is below the threshold", async (t) => {
-  // Holder: instance 0 with `waiting` queued and one running; instance 1 idle.
+Deno.test("hybrid uses the best holder only while its queued count is below the threshold", async (t) => {
+  // Holder: instance 0 with `waiting` queued (FIFO: queued = waiting) and one running; instance 1 idle.
   const cases: [threshold: number, waiting: number, expected: number][] = [
     [1, 0, 0], // serving one, nobody waiting: below 1
     [1, 1, 1], // one waiting: not below 1

@@ -8,11 +8,12 @@ import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { Recorder } from "./_recorder.ts";
 import { status } from "./_status.ts";
 
+/** A request whose prefix is two 16-token blocks, so block-level policies see its group. */
 const request = (id: number, group = -1): Request => ({
   id,
   arrivalMs: 0,
   prefixGroup: group,
-  prefixTokens: 10,
+  prefixTokens: 32,
   suffixTokens: 10,
   outputTokens: 1,
 });

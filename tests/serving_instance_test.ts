@@ -1,5 +1,11 @@
 import { assertEquals } from "@std/assert";
-import type { InstanceCommand, InstanceStatus, MetricsCommand, Request } from "../actors/protocol.ts";
+import type {
+  InstanceCommand,
+  InstanceStatus,
+  MetricsCommand,
+  Request,
+  RoutingNote,
+} from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { type FifoInstanceOptions, ServingInstance } from "../actors/serving_instance.ts";
 import { Recorder } from "./_recorder.ts";
@@ -31,14 +37,15 @@ function setup(over: Partial<FifoInstanceOptions> = {}) {
   const metricsRef = kernel.spawn("metrics", metrics);
   const instance = new ServingInstance(3, { ...options, ...over }, metricsRef);
   const ref = kernel.spawn<InstanceCommand>("instance/3", instance);
-  const serve = (request: Request, atMs: number) =>
-    kernel.send(ref, { type: "serve", request, replyTo: routerRef }, atMs - kernel.nowMs);
+  const serve = (request: Request, atMs: number, routing?: RoutingNote) =>
+    kernel.send(ref, { type: "serve", request, replyTo: routerRef, routing }, atMs - kernel.nowMs);
   return { kernel, router, metrics, instance, serve };
 }
 
-Deno.test("instance reports accept at once and completes after overhead + prefill of the whole prompt", () => {
+Deno.test("instance reports accept at once and completes after overhead + prefill of the whole prompt, with the router's note", () => {
   const { kernel, router, metrics, serve } = setup();
-  serve(req(0, 5), 0);
+  const routing: RoutingNote = { availableTokens: 100, expectedTokens: 100, falseTokens: 0 };
+  serve(req(0, 5), 0, routing);
   kernel.run();
   assertEquals(router.received, [
     { timeMs: 0, message: status(3, { running: 1, pendingPrefillTokens: 120, cacheAdded: 5 }) },
@@ -58,6 +65,7 @@ Deno.test("instance reports accept at once and completes after overhead + prefil
         promptTokens: 120,
         cachedTokens: 0,
         outputTokens: 8,
+        routing,
       },
     },
   }]);

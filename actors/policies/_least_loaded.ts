@@ -4,6 +4,7 @@
  * (load = waiting + running), ties broken uniformly at random so that no
  * instance, instance 0 least of all, collects every tie.
  */
+import type { Request } from "../protocol.ts";
 import type { RandomStream } from "../runtime/random_stream.ts";
 import { pickBy } from "./_pick.ts";
 import type { RouterView } from "./policy.ts";
@@ -15,11 +16,34 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
 }
 
 /**
- * Least-loaded instance among those holding `group`, ties at random; -1 when
- * none holds it (or the request has no shared prefix).
+ * Least-loaded instance among those with the longest cached prefix match
+ * (`view.matchedBlocks`), ties at random; -1 when no instance matches a
+ * block. A match every instance has (the longest equals the shortest) tells
+ * instances apart no more than none: all of them tie, so this is the
+ * least-loaded instance overall. Under the FIFO model's group-level view (all
+ * of a request's keyed blocks where the group is held, else 0) the longest
+ * matches are the group's holders: this is the old group rule's "least loaded
+ * holder", with the same random draws.
+ *
+ * One pass, as {@linkcode pickBy} would over the longest matches: a longer
+ * match restarts the choice, so ties are drawn among the final longest only
+ * (uniformly), and instances that match nothing draw nothing.
  */
-export function leastLoadedHolding(view: RouterView, group: number, random: RandomStream): number {
-  if (group < 0) return -1;
+export function leastLoadedLongestMatch(view: RouterView, request: Request, random: RandomStream): number {
   const { waiting, running } = view;
-  return pickBy(view.instanceCount, (i) => view.holds(i, group) ? -(waiting[i] + running[i]) : NaN, random);
+  let best = -1, longest = 0, bestLoad = Infinity, ties = 0;
+  for (let i = 0; i < view.instanceCount; i++) {
+    const matched = view.matchedBlocks(i, request);
+    if (matched === 0 || matched < longest) continue;
+    const load = waiting[i] + running[i];
+    if (matched > longest || load < bestLoad) {
+      best = i;
+      longest = matched;
+      bestLoad = load;
+      ties = 1;
+    } else if (load === bestLoad && random() * ++ties < 1) {
+      best = i;
+    }
+  }
+  return best;
 }

@@ -1,17 +1,19 @@
 /**
  * @module
- * Hybrid: follow the cache only while the best cached instance's queue is
- * short; otherwise balance load.
+ * Hybrid: follow the longest cached prefix only while that instance's queue
+ * is short; otherwise balance load.
  */
-import { leastLoaded, leastLoadedHolding } from "./_least_loaded.ts";
+import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
 import type { RoutingPolicy } from "./policy.ts";
 
 /** Options for {@linkcode hybrid}. */
 export interface HybridOptions {
   /**
-   * The best cached instance is used only if its waiting requests (not
-   * counting the one in service) are fewer than this. 1 means "idle, or
-   * serving one request with nobody waiting"; 0 never uses the cache.
+   * The best cached instance (as `prefix_aware` picks it) is used only if its
+   * queued requests (`view.queued`) are fewer than this: FIFO, the requests
+   * waiting behind the one in service; batching, those still owed their first
+   * token (waiting for admission or in prefill). 1 means "nothing queued";
+   * 0 never uses the cache.
    * @default 1
    */
   readonly threshold?: number;
@@ -24,8 +26,8 @@ export function hybrid(options: HybridOptions = {}): RoutingPolicy {
   return {
     name: "hybrid",
     choose(request, view, random) {
-      const cached = leastLoadedHolding(view, request.prefixGroup, random);
-      return cached >= 0 && view.waiting[cached] < threshold ? cached : leastLoaded(view, random);
+      const cached = leastLoadedLongestMatch(view, request, random);
+      return cached >= 0 && view.queued[cached] < threshold ? cached : leastLoaded(view, random);
     },
   };
 }

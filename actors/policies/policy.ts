@@ -17,6 +17,13 @@ export interface RouterView {
   /** Per instance: requests in service. */
   readonly running: ArrayLike<number>;
   /**
+   * Per instance: requests queued in the model's own sense, as last reported —
+   * FIFO, the waiting requests; batching, those waiting for admission plus
+   * those admitted whose prefill has not finished (owed their first token).
+   * The signal `hybrid` gates on (design.md, "Policies").
+   */
+  readonly queued: ArrayLike<number>;
+  /**
    * Per instance: requests the router sent there that it has not yet heard
    * finished (its own count of routings minus the instance's reported
    * finishes) — the "load" SGLang-style routers track.

@@ -220,7 +220,7 @@ export class Kernel {
     message: Message,
     timeMs: number,
     from: number,
-    delayMs = timeMs - this.#now,
+    delayMs: number = timeMs - this.#now,
   ): number {
     if (!(delayMs >= 0) || delayMs === Infinity || !(timeMs >= this.#now)) {
       throw new RangeError(

@@ -22,9 +22,12 @@ function leastLoaded(view: RouterView, random: () => number, accept: (i: number)
 const policy: RoutingPolicy = {
   name: "prefix_aware_copy",
   choose(request: Request, view: RouterView, random: () => number): number {
-    const cached = request.prefixGroup < 0
+    // The longest cached prefix match in blocks; the least loaded among the longest; none matched → least loaded.
+    let longest = 0;
+    for (let i = 0; i < view.instanceCount; i++) longest = Math.max(longest, view.matchedBlocks(i, request));
+    const cached = longest === 0
       ? -1
-      : leastLoaded(view, random, (i) => view.holds(i, request.prefixGroup));
+      : leastLoaded(view, random, (i) => view.matchedBlocks(i, request) === longest);
     return cached >= 0 ? cached : leastLoaded(view, random, () => true);
   },
 };

@@ -1,0 +1,220 @@
+/**
+ * @module
+ * `deno task trace-gen --out FILE`: writes a generated Mooncake trace
+ * (actors/trace_generator.ts), streamed to a temporary file and renamed into
+ * place, in constant memory whatever its length.
+ */
+import { basename, dirname } from "node:path";
+import {
+  checkParameter,
+  describeBounds,
+  mooncakeLine,
+  type MooncakeRow,
+  resolveTraceGeneratorOptions,
+  TRACE_GENERATOR_PARAMETER_NAMES,
+  TRACE_GENERATOR_PARAMETERS,
+  TraceGenerator,
+  type TraceGeneratorOptions,
+} from "../actors/trace_generator.ts";
+import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
+import { writeChunksAtomic } from "./atomic_write.ts";
+import { fromCaller } from "./caller_directory.ts";
+import { parseFlags, runCommand } from "./command_line.ts";
+import { assertInsideResults, makeDirectoryInside } from "./output_directory.ts";
+import { UsageError } from "./usage_error.ts";
+
+const OPTIONS = {
+  out: { type: "string" },
+  help: { type: "boolean", short: "h" },
+  // One string flag per generator parameter: --rate, --agent-frac…
+  ...Object.fromEntries(Object.values(TRACE_GENERATOR_PARAMETERS).map((p) => [p.flag, { type: "string" }])),
+} as const;
+
+function flagHelp(): string {
+  return TRACE_GENERATOR_PARAMETER_NAMES.map((name) => {
+    const p = TRACE_GENERATOR_PARAMETERS[name];
+    return `  --${p.flag} ${p.placeholder}  default ${p.shownDefault ?? p.default}; ${
+      describeBounds(p)
+    }; scenario: generate.${name}\n      ${p.doc}`;
+  }).join("\n");
+}
+
+const HELP = `Usage: deno task trace-gen --out FILE [flags]
+
+Writes a generated Mooncake trace (JSONL rows of timestamp, input_length,
+output_length, hash_ids) shaped like chat and agent traffic: shared system
+prompts, multi-turn sessions whose turns extend their previous context, a
+share of agent sessions with short tool-call waits (model and defaults in
+design.md, "Generated traces"). The same flags write the same file, byte for
+byte; the file appears whole or not at all. Defaults: about 12,000 requests
+over an hour, prompts of about 12,000 tokens sharing a system-prompt block 0,
+about 340 output tokens.
+
+  --out FILE  the trace file to write, inside results/ (e.g. results/traces/chat.jsonl)
+${flagHelp()}
+  -h, --help  show this help
+
+A scenario or sweep names the same trace by its parameters, without a file:
+  "workload": { "trace": { "generate": { "seed": 2, "agentFrac": 0.5 }, "speed": 1 } }`;
+
+/** What a written trace holds, for the one-line summary. */
+export interface TraceSummary {
+  /** Rows written. */
+  readonly requests: number;
+  /** Sessions with at least one row. */
+  readonly sessions: number;
+  /** Last timestamp minus the first, ms. */
+  readonly durationMs: number;
+  /** Mean `input_length`, tokens. */
+  readonly meanInputTokens: number;
+  /** Mean `output_length`, tokens. */
+  readonly meanOutputTokens: number;
+  /** Mean `hash_ids` per row (512-token blocks). */
+  readonly meanBlocks: number;
+}
+
+/** Characters of JSONL gathered before a chunk is handed to the writer (about 64 KiB). */
+const CHUNK_CHARS = 1 << 16;
+
+/**
+ * The generator's rows as JSONL text, in chunks of about 64 KiB (one line per
+ * row, each ending in a newline), tallying `summary` as it goes: memory holds
+ * one chunk and the open sessions, never the trace.
+ */
+export function* traceChunks(generator: TraceGenerator, summary: TraceTally): Generator<string> {
+  let lines: string[] = [], chars = 0;
+  for (let row = generator.next(); row !== undefined; row = generator.next()) {
+    const line = mooncakeLine(row);
+    summary.add(row);
+    lines.push(line);
+    chars += line.length + 1;
+    if (chars >= CHUNK_CHARS) {
+      yield lines.join("\n") + "\n";
+      lines = [];
+      chars = 0;
+    }
+  }
+  if (lines.length > 0) yield lines.join("\n") + "\n";
+}
+
+/** Running totals of the rows written. */
+export class TraceTally {
+  #requests = 0;
+  #firstMs = 0;
+  #lastMs = 0;
+  #inputTokens = 0;
+  #outputTokens = 0;
+  #blocks = 0;
+
+  /** Counts one row. */
+  add(row: MooncakeRow): void {
+    if (this.#requests === 0) this.#firstMs = row.timestamp;
+    this.#lastMs = row.timestamp;
+    this.#requests++;
+    this.#inputTokens += row.input_length;
+    this.#outputTokens += row.output_length;
+    this.#blocks += row.hash_ids.length;
+  }
+
+  /** The totals so far, with the generator's session count. */
+  summary(sessions: number): TraceSummary {
+    const n = Math.max(1, this.#requests);
+    return {
+      requests: this.#requests,
+      sessions,
+      durationMs: this.#lastMs - this.#firstMs,
+      meanInputTokens: this.#inputTokens / n,
+      meanOutputTokens: this.#outputTokens / n,
+      meanBlocks: this.#blocks / n,
+    };
+  }
+}
+
+/**
+ * The generator's options from the flags (defaults for the others).
+ * @throws {UsageError} naming the flag, its value and what was expected.
+ */
+export function generatorOptionsFromFlags(values: Record<string, unknown>): TraceGeneratorOptions {
+  const given: Partial<Record<keyof TraceGeneratorOptions, number>> = {};
+  for (const name of TRACE_GENERATOR_PARAMETER_NAMES) {
+    const parameter = TRACE_GENERATOR_PARAMETERS[name];
+    const raw = values[parameter.flag];
+    if (typeof raw !== "string") continue;
+    const value = raw.trim() === "" ? NaN : Number(raw);
+    const problem = checkParameter(parameter, value);
+    if (problem) {
+      throw new UsageError(
+        `--${parameter.flag}: ${problem}, got ${Number.isFinite(value) ? raw : JSON.stringify(raw)}`,
+      );
+    }
+    given[name] = value;
+  }
+  try {
+    return resolveTraceGeneratorOptions(given);
+  } catch (error) {
+    // A check across parameters (rate against requests): name the flag, not the option.
+    const m = /^trace generator: (\w+): (.*)$/.exec((error as Error).message);
+    const parameter = m && TRACE_GENERATOR_PARAMETERS[m[1] as keyof TraceGeneratorOptions];
+    if (error instanceof RangeError && parameter) throw new UsageError(`--${parameter.flag}: ${m![2]}`);
+    throw error;
+  }
+}
+
+/** The one line `trace-gen` prints about what it wrote. */
+export function formatSummary(path: string, s: TraceSummary): string {
+  const seconds = s.durationMs / 1000;
+  return `wrote ${s.requests} requests (${s.sessions} sessions) over ${seconds.toFixed(1)} s ` +
+    `(${(seconds > 0 ? s.requests / seconds : 0).toFixed(2)} req/s) to ${path}: ` +
+    `mean input ${s.meanInputTokens.toFixed(0)} tokens (${
+      s.meanBlocks.toFixed(1)
+    } blocks of ${MOONCAKE_BLOCK_TOKENS}), ` +
+    `mean output ${s.meanOutputTokens.toFixed(1)} tokens`;
+}
+
+/**
+ * Where `--out` writes: resolved against the caller's directory, a file (not
+ * a directory), not `.csv` (which the trace reader takes for Azure), inside
+ * `results/`; its directory is created.
+ * @throws {UsageError} naming `--out`.
+ */
+async function outputFile(out: string | undefined): Promise<string> {
+  if (out === undefined) throw new UsageError("--out: expected the file to write (see --help)");
+  if (out.trim() === "" || out.endsWith("/")) throw new UsageError(`--out: expected a file, got "${out}"`);
+  if (out.endsWith(".csv")) {
+    throw new UsageError(
+      `--out: expected a .jsonl file (a Mooncake trace; a .csv trace is read as Azure's), got "${out}"`,
+    );
+  }
+  const path = fromCaller(out);
+  if ((await Deno.stat(path).catch(() => undefined))?.isDirectory) {
+    throw new UsageError(`--out: "${out}" is a directory, expected a file`);
+  }
+  await assertInsideResults(path, `--out ${out}`);
+  await makeDirectoryInside(dirname(path), `--out ${out}`);
+  await assertInsideResults(path, `--out ${out}`); // a symlink may have appeared meanwhile
+  return path;
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values } = parseFlags(Deno.args, OPTIONS);
+    if (values.help) return console.log(HELP);
+    const options = generatorOptionsFromFlags(values);
+    const path = await outputFile(values.out);
+    const generator = new TraceGenerator(options);
+    const tally = new TraceTally();
+    const interrupt = new AbortController();
+    const onInterrupt = () => interrupt.abort();
+    Deno.addSignalListener("SIGINT", onInterrupt);
+    try {
+      await writeChunksAtomic(path, traceChunks(generator, tally), interrupt.signal);
+    } catch (error) {
+      if (!interrupt.signal.aborted) throw error;
+      console.error(`trace-gen: interrupted; ${basename(path)} not written`);
+      Deno.exit(130);
+    } finally {
+      Deno.removeSignalListener("SIGINT", onInterrupt);
+    }
+    console.log(formatSummary(values.out!, tally.summary(generator.sessions)));
+  });
+}
