@@ -57,6 +57,15 @@ export function blockKeys(request: Request, blockTokens: number): BlockKeys {
   return NO_KEYS;
 }
 
+/** `blockKeys(request, blockTokens).count`, without building the keys (the FIFO model's group view needs only this). */
+export function keyedBlockCount(request: Request, blockTokens: number): number {
+  const prompt = request.prefixTokens + request.suffixTokens;
+  if (request.prefixKeys !== undefined && request.keyTokens !== undefined) {
+    return Math.floor(Math.min(prompt, request.prefixKeys.length * request.keyTokens) / blockTokens);
+  }
+  return request.prefixGroup >= 0 ? Math.floor(Math.min(prompt, request.prefixTokens) / blockTokens) : 0;
+}
+
 /** Number of runs covering the first `blocks` keyed blocks. */
 export function runsCovering(keys: BlockKeys, blocks: number): number {
   return Math.ceil(blocks / keys.runBlocks);

@@ -5,7 +5,7 @@
  */
 import type { RouterView, RoutingPolicy } from "./policies/policy.ts";
 import { type CacheView, ExactCacheView } from "./cache_view.ts";
-import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
+import { type BlockKeys, blockKeys, keyedBlockCount } from "./prefix_keys.ts";
 import {
   assertNever,
   type InstanceStatus,
@@ -79,6 +79,8 @@ export class InstanceTable implements RouterView {
   readonly #finished: Int32Array;
   #memoRequest: Request | undefined;
   #memoKeys: BlockKeys | undefined;
+  #countRequest: Request | undefined;
+  #memoCount = 0;
   readonly #memoMatched: Int32Array;
 
   constructor(instanceCount: number, options: InstanceTableOptions = {}) {
@@ -104,7 +106,7 @@ export class InstanceTable implements RouterView {
   }
 
   requestBlocks(request: Request): number {
-    return this.#keys(request).count;
+    return this.#count(request);
   }
 
   matchedBlocks(instance: number, request: Request): number {
@@ -134,7 +136,7 @@ export class InstanceTable implements RouterView {
     const blocks = consulted === CONSULTED_BLOCKS
       ? this.#matched(instance, request)
       : group >= 0 && this.cacheView.holds(instance, group)
-      ? this.#keys(request).count
+      ? this.#count(request)
       : 0;
     return this.#blockTokensCapped(blocks, request);
   }
@@ -146,7 +148,7 @@ export class InstanceTable implements RouterView {
    */
   cacheableTokens(request: Request): number {
     if (this.#cacheUnit === "groups") return request.prefixGroup >= 0 ? request.prefixTokens : 0;
-    return this.#blockTokensCapped(this.#keys(request).count, request);
+    return this.#blockTokensCapped(this.#count(request), request);
   }
 
   /** `blocks` leading blocks in prompt tokens, as admission counts a hit: never the prompt's last token. */
@@ -180,10 +182,25 @@ export class InstanceTable implements RouterView {
 
   /** The view's block match, memoised per request until the next report. */
   #matched(instance: number, request: Request): number {
+    if (this.#cacheUnit === "groups") {
+      // A group view matches all of the request's keyed blocks where it holds the group.
+      return request.prefixGroup >= 0 && this.cacheView.holds(instance, request.prefixGroup)
+        ? this.#count(request)
+        : 0;
+    }
     const keys = this.#keys(request);
     const memo = this.#memoMatched;
     if (memo[instance] < 0) memo[instance] = this.cacheView.matchedBlocks(instance, request, keys);
     return memo[instance];
+  }
+
+  /** The request's keyed blocks, memoised (without building its keys). */
+  #count(request: Request): number {
+    if (request !== this.#countRequest) {
+      this.#countRequest = request;
+      this.#memoCount = keyedBlockCount(request, this.blockTokens);
+    }
+    return this.#memoCount;
   }
 
   #keys(request: Request): BlockKeys {

@@ -133,10 +133,15 @@ export class Kernel {
    * instead of the heap's O(log n). Exact: every heap entry stamped now was
    * sent before the clock got here, so before any of these (design.md).
    */
-  #laneSeq: number[] = [];
-  #laneTo: number[] = [];
-  #laneItem: (Message | undefined)[] = [];
+  readonly #laneSeq: number[] = [];
+  readonly #laneTo: number[] = [];
+  readonly #laneItem: (Message | undefined)[] = [];
   #laneHead = 0;
+  #laneTail = 0;
+  /** The message `#take` took: the one being delivered. */
+  #takenSeq = -1;
+  #takenTo = 0;
+  #takenMessage: Message | undefined;
   readonly #actors: Actor<Message>[] = [];
   readonly #contexts: KernelContext<Message>[] = [];
   readonly #names = new Set<string>();
@@ -168,7 +173,7 @@ export class Kernel {
 
   /** Messages and timers waiting to be delivered. */
   get pendingCount(): number {
-    return this.#queue.size + this.#laneSeq.length - this.#laneHead;
+    return this.#queue.size + this.#laneTail - this.#laneHead;
   }
 
   /**
@@ -237,9 +242,10 @@ export class Kernel {
     }
     const seq = this.#seq++;
     if (timeMs === this.#now) {
-      this.#laneSeq.push(seq);
-      this.#laneTo.push(to);
-      this.#laneItem.push(message);
+      const tail = this.#laneTail++;
+      this.#laneSeq[tail] = seq;
+      this.#laneTo[tail] = to;
+      this.#laneItem[tail] = message;
     } else this.#queue.push(timeMs, seq, to, message);
     return seq;
   }
@@ -255,14 +261,14 @@ export class Kernel {
     this.#queue.forEach((message, to, timeMs, seq) => {
       if (!cancelled.has(seq)) visit(message, to, timeMs);
     });
-    for (let i = this.#laneHead; i < this.#laneSeq.length; i++) {
+    for (let i = this.#laneHead; i < this.#laneTail; i++) {
       if (!cancelled.has(this.#laneSeq[i])) visit(this.#laneItem[i]!, this.#laneTo[i], this.#now);
     }
   }
 
   /** Delivery time of the next message, or `Infinity` when none is waiting. */
   nextTimeMs(): number {
-    return this.#laneHead < this.#laneSeq.length ? this.#now : this.#queue.peekTimeMs();
+    return this.#laneHead < this.#laneTail ? this.#now : this.#queue.peekTimeMs();
   }
 
   /**
@@ -271,7 +277,20 @@ export class Kernel {
    */
   run(options: RunOptions = {}): void {
     const untilMs = options.untilMs ?? Infinity;
-    while (this.pendingCount > 0 && this.nextTimeMs() <= untilMs) this.step();
+    const actors = this.#actors, contexts = this.#contexts, cancelled = this.#cancelled;
+    try {
+      while (this.#take(untilMs)) {
+        const seq = this.#takenSeq;
+        if (cancelled.size !== 0 && cancelled.delete(seq)) continue;
+        const to = this.#takenTo, message = this.#takenMessage!;
+        this.#deliveringSeq = seq;
+        this.#delivered++;
+        if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
+        actors[to].handle(message, contexts[to]);
+      }
+    } catch (error) {
+      throw this.#failure(error);
+    }
   }
 
   /**
@@ -289,42 +308,60 @@ export class Kernel {
 
   /** Delivers the next message, if any. Returns false when the queue is empty. */
   step(): boolean {
-    const queue = this.#queue;
-    let message: Message, seq: number, to: number;
-    const head = this.#laneHead, laneSeq = this.#laneSeq;
-    if (head < laneSeq.length && !(queue.size > 0 && queue.peekTimeMs() === this.#now)) {
-      seq = laneSeq[head];
-      to = this.#laneTo[head];
-      message = this.#laneItem[head]!;
-      this.#laneItem[head] = undefined;
-      if (head + 1 === laneSeq.length) {
-        this.#laneHead = 0;
-        laneSeq.length = 0;
-        this.#laneTo.length = 0;
-        this.#laneItem.length = 0;
-      } else this.#laneHead = head + 1;
-    } else {
-      if (queue.size === 0) return false;
-      message = queue.pop();
-      seq = queue.poppedSeq;
-      to = queue.poppedTo;
-      this.#now = queue.poppedTimeMs;
-    }
+    if (!this.#take(Infinity)) return false;
+    const seq = this.#takenSeq;
     const cancelled = this.#cancelled;
     if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
+    const to = this.#takenTo, message = this.#takenMessage!;
     this.#deliveringSeq = seq;
     this.#delivered++;
     if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
     try {
       this.#actors[to].handle(message, this.#contexts[to]);
     } catch (error) {
-      if (error instanceof SimulationError) throw error;
-      throw new SimulationError(
-        "actor_threw",
-        error instanceof Error ? error.message : String(error),
-        { actor: this.#contexts[to].name, messageType: message.type, timeMs: this.#now, cause: error },
-      );
+      throw this.#failure(error);
     }
     return true;
+  }
+
+  /**
+   * Takes the next message due by `untilMs` into `#taken*`, advancing the
+   * clock; false when there is none. Heap entries stamped now come before the
+   * lane (they were sent earlier), the lane before later times.
+   */
+  #take(untilMs: number): boolean {
+    const queue = this.#queue;
+    const head = this.#laneHead;
+    if (head < this.#laneTail && !(queue.size > 0 && queue.peekTimeMs() === this.#now)) {
+      if (this.#now > untilMs) return false;
+      this.#takenSeq = this.#laneSeq[head];
+      this.#takenTo = this.#laneTo[head];
+      this.#takenMessage = this.#laneItem[head];
+      this.#laneItem[head] = undefined;
+      if (head + 1 === this.#laneTail) this.#laneHead = this.#laneTail = 0;
+      else this.#laneHead = head + 1;
+      return true;
+    }
+    if (queue.size === 0 || queue.peekTimeMs() > untilMs) return false;
+    this.#takenMessage = queue.pop();
+    this.#takenSeq = queue.poppedSeq;
+    this.#takenTo = queue.poppedTo;
+    this.#now = queue.poppedTimeMs;
+    return true;
+  }
+
+  /** The error a delivery's handler threw, as the run's failure (naming the actor, message and time). */
+  #failure(error: unknown): SimulationError {
+    if (error instanceof SimulationError) return error;
+    return new SimulationError(
+      "actor_threw",
+      error instanceof Error ? error.message : String(error),
+      {
+        actor: this.#contexts[this.#takenTo].name,
+        messageType: this.#takenMessage!.type,
+        timeMs: this.#now,
+        cause: error,
+      },
+    );
   }
 }
