@@ -119,11 +119,11 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #replyTo: ActorRef<InstanceStatus> | undefined;
   readonly #groupOfFirstKey = new Map<number, number>();
   readonly #reporter: StatusReporter;
-  #lastReported = "";
+  /** What the last report said: waiting, running, finished, prefilling, then the load signals. */
+  readonly #lastReported = new Float64Array(7).fill(NaN);
   #finished = 0;
   #waitingPromptTokens = 0;
   #busyMs = 0;
-  #lastLoad = "";
   #preemptions = 0;
   #steps = 0;
   #kvBlockMs = 0;
@@ -172,11 +172,14 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   /**
    * Prompt tokens admission would find cached for `request` right now (the
    * same cap as admission: keyed blocks, never the prompt's last token). No
-   * side effects: the router's accounting reads it.
+   * side effects: the router's accounting reads it (with the request's keys
+   * at this instance's block size, when it has them already).
    */
-  cachedPrefixTokens(request: Request): number {
+  cachedPrefixTokens(
+    request: Request,
+    keys: BlockKeys = blockKeys(request, this.#options.blockTokens),
+  ): number {
     const B = this.#options.blockTokens;
-    const keys = blockKeys(request, B);
     const prompt = request.prefixTokens + request.suffixTokens;
     const limit = Math.min(keys.count, Math.floor((prompt - 1) / B));
     return Math.min(this.cache.matchPrefix(keys, limit) * B, prompt);
@@ -361,7 +364,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       const room = free + cache.evictable;
       const evictions = this.#reporter.wantsBlockEvents
         ? 0
-        : cache.evictionsKeeping(Math.min(room, allocations) - free, (key) => this.#groupOfFirstKey.has(key));
+        : cache.evictionsKeeping(Math.min(room, allocations) - free, this.#groupOfFirstKey);
       let total = 0;
       for (steps = 1; steps < finishIn; steps++) {
         const next = total + phase[(B - (steps % B)) % B];
@@ -563,18 +566,24 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     if (replyTo === undefined) return;
     // On change, a prefill finishing is news too (hybrid gates on `queued`); a
     // periodic scrape keeps its own rhythm, paced by the counts as before.
-    const key = this.#eventDriven || this.#reporter.wantsLoadSignals
-      ? `${this.waiting}/${this.#running.length}/${this.#finished}/${this.#prefilling}`
-      : `${this.waiting}/${this.#running.length}/${this.#finished}`;
+    const last = this.#lastReported;
+    const prefilling = this.#eventDriven || this.#reporter.wantsLoadSignals ? this.#prefilling : 0;
+    let same = last[0] === this.waiting && last[1] === this.#running.length && last[2] === this.#finished &&
+      last[3] === prefilling;
     // Policies that read load signals get a report whenever those change (every step, in practice).
-    let load = "";
     if (this.#reporter.wantsLoadSignals) {
       const c = this.#counts();
-      load = `${c.pendingPrefillTokens}/${c.decodeBlocks}/${c.kvUtilization}`;
+      same &&= last[4] === c.pendingPrefillTokens && last[5] === c.decodeBlocks &&
+        last[6] === c.kvUtilization;
+      last[4] = c.pendingPrefillTokens;
+      last[5] = c.decodeBlocks;
+      last[6] = c.kvUtilization;
     }
-    if (!always && key === this.#lastReported && load === this.#lastLoad && !this.#reporter.hasEvents) return;
-    this.#lastReported = key;
-    this.#lastLoad = load;
+    if (!always && same && !this.#reporter.hasEvents) return;
+    last[0] = this.waiting;
+    last[1] = this.#running.length;
+    last[2] = this.#finished;
+    last[3] = prefilling;
     this.#reporter.changed(ctx, replyTo);
   }
 

@@ -8,6 +8,7 @@
  */
 import { LRUMap } from "mnemonist";
 import { KvBlockCache } from "./kv_block_cache.ts";
+import { NumberTable } from "./number_table.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
 import type { InstanceStatus, Request } from "./protocol.ts";
 
@@ -47,13 +48,15 @@ export class ExactCacheView implements CacheView {
   readonly learnsFromRouting = false;
   readonly #groups: Set<number>[];
   /** Per instance: run key → leading blocks cached. */
-  readonly #runs: Map<number, number>[];
+  readonly #runs: NumberTable<number>[];
   readonly #unit: "groups" | "blocks";
 
   constructor(instanceCount: number, unit: "groups" | "blocks") {
     this.#unit = unit;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
-    this.#runs = Array.from({ length: instanceCount }, () => new Map<number, number>());
+    this.#runs = unit === "blocks"
+      ? Array.from({ length: instanceCount }, () => new NumberTable<number>())
+      : [];
   }
 
   holds(instance: number, group: number): boolean {
@@ -79,8 +82,8 @@ export class ExactCacheView implements CacheView {
   routed(): void {}
 
   /** The block runs the router believes `instance` caches: run key → leading blocks cached. */
-  runsOf(instance: number): ReadonlyMap<number, number> {
-    return this.#runs[instance];
+  runsOf(instance: number): Map<number, number> {
+    return new Map(this.#runs[instance]?.entries());
   }
 
   apply(status: InstanceStatus): void {

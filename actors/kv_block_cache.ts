@@ -13,6 +13,7 @@
  * holds it to the block-by-block reference — at a cost per request of its
  * runs, not its blocks (design.md, "Block runs").
  */
+import { NumberTable } from "./number_table.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
 
 /**
@@ -43,8 +44,13 @@ interface Segment {
 interface RunNode {
   key: number;
   cached: number;
-  /** Distinct reference extents and their counts, as flat pairs `[extent, count, …]`. */
+  /**
+   * Distinct reference extents and their counts, as flat pairs `[extent,
+   * count, …]` in the first `2 × pairs` slots (the array never shrinks, so
+   * references allocate nothing once it has grown).
+   */
   readonly extents: number[];
+  pairs: number;
   /** The largest extent: blocks referenced. */
   held: number;
   /** The node's oldest LRU segment (highest range), then `newer` ones down to `newest`. */
@@ -61,7 +67,7 @@ interface RunNode {
 export class KvBlockCache {
   readonly capacity: number;
   readonly prefixCaching: boolean;
-  readonly #nodes = new Map<number, RunNode>();
+  readonly #nodes = new NumberTable<RunNode>();
   /** LRU list of evictable segments: head is the least recently used. */
   #head: Segment | null = null;
   #tail: Segment | null = null;
@@ -163,7 +169,8 @@ export class KvBlockCache {
       const key = keys.runKey(r);
       let node = this.#nodes.get(key);
       if (node === undefined) {
-        node = this.#spareNodes.pop() ?? { key, cached: 0, extents: [], held: 0, oldest: null, newest: null };
+        node = this.#spareNodes.pop() ??
+          { key, cached: 0, extents: [], pairs: 0, held: 0, oldest: null, newest: null };
         node.key = key;
         this.#nodes.set(key, node);
       }
@@ -218,18 +225,17 @@ export class KvBlockCache {
 
   /**
    * How many of the next `limit` evictions can happen before one would take
-   * the last cached block of a run `keep` says must stay: the evictions are
+   * the last cached block of a run whose key `keep` has: the evictions are
    * walked from the LRU head, and nothing is evicted. For planning ahead.
    */
-  evictionsKeeping(limit: number, keep: (key: number) => boolean): number {
+  evictionsKeeping(limit: number, keep: { has(key: number): boolean }): number {
     let done = 0;
-    let left: Map<RunNode, number> | undefined;
     for (let s = this.#head; s !== null && done < limit; s = s.next) {
-      const take = Math.min(limit - done, s.hi - s.lo);
-      left ??= new Map();
-      const remaining = (left.get(s.node) ?? s.node.cached) - take;
-      if (remaining === 0 && keep(s.node.key)) return done + take - 1;
-      left.set(s.node, remaining);
+      const size = s.hi - s.lo, take = Math.min(limit - done, size);
+      // A run leaves the cache when its newest segment, starting at block 0,
+      // goes whole (its older segments are older in the list: gone before).
+      const node = s.node;
+      if (take === size && s === node.newest && s.lo === 0 && keep.has(node.key)) return done + take - 1;
       done += take;
     }
     return done;
@@ -237,11 +243,15 @@ export class KvBlockCache {
 
   /** Adds a reference to blocks `[0, extent)` of `node`. */
   #reference(node: RunNode, extent: number): void {
-    const extents = node.extents;
+    const extents = node.extents, end = 2 * node.pairs;
     let i = 0;
-    while (i < extents.length && extents[i] !== extent) i += 2;
-    if (i < extents.length) extents[i + 1]++;
-    else extents.push(extent, 1);
+    while (i < end && extents[i] !== extent) i += 2;
+    if (i < end) extents[i + 1]++;
+    else {
+      extents[end] = extent;
+      extents[end + 1] = 1;
+      node.pairs++;
+    }
     if (extent <= node.held) return;
     // Blocks [held, extent) leave the LRU list: the newest segments, lowest ranges first.
     for (let s = node.newest; s !== null && s.lo < extent; s = node.newest) {
@@ -267,13 +277,12 @@ export class KvBlockCache {
     let i = 0;
     while (extents[i] !== extent) i += 2;
     if (--extents[i + 1] > 0) return;
-    const last = extents.length - 2;
+    const last = 2 * --node.pairs;
     extents[i] = extents[last];
     extents[i + 1] = extents[last + 1];
-    extents.length = last;
     if (extent < node.held) return;
     let held = 0;
-    for (let j = 0; j < extents.length; j += 2) if (extents[j] > held) held = extents[j];
+    for (let j = 0, end = 2 * node.pairs; j < end; j += 2) if (extents[j] > held) held = extents[j];
     node.held = held;
   }
 

@@ -6,10 +6,11 @@
 import { droppedFraction, MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 import { createPolicy, type PolicySpec } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
-import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
+import type { AnyMessage, MetricsCommand, Request, RouteCommand, ServeCommand } from "./protocol.ts";
+import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
 import type { TraceOptions } from "./trace_reader.ts";
 import { TraceSource } from "./trace_source.ts";
-import { type InstanceTableOptions, Router } from "./router.ts";
+import { type FleetCache, type InstanceTableOptions, Router } from "./router.ts";
 import { Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import { EVENT_DRIVEN, type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
@@ -156,6 +157,22 @@ export interface SimulateOptions {
   }) => void;
   /** Observes every delivery, for tests that check messages one by one. @default none */
   readonly onDeliver?: DeliveryTap;
+  /**
+   * Called every 65,536 deliveries with how far the run is, for a progress
+   * display (it may read the wall clock; the simulation does not). Results
+   * are the same with or without it. @default none
+   */
+  readonly onProgress?: (progress: RunProgress) => void;
+}
+
+/** How far a run is, for {@linkcode SimulateOptions.onProgress}. */
+export interface RunProgress {
+  /** Requests that have arrived at the router. */
+  readonly arrived: number;
+  /** Requests completed or dropped. */
+  readonly finished: number;
+  /** Simulated time, ms. */
+  readonly simulatedMs: number;
 }
 
 /**
@@ -181,12 +198,24 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   const routerActor = new Router(instanceRefs, policy, {
     ...routerOptions(config),
     // The god's-eye view, for routing accounting only (the policy never sees it).
-    fleetCache: { cachedPrefixTokens: (i, request) => instances[i].cachedPrefixTokens(request) },
+    fleetCache: fleetCache(config, instances),
   });
   const router = kernel.spawn("router", routerActor);
   const source = createWorkloadSource(config.workload, router);
   kernel.send(kernel.spawn("source", source), { type: "start" });
-  kernel.run({ untilMs: config.untilMs });
+  const onProgress = options.onProgress;
+  if (onProgress === undefined) kernel.run({ untilMs: config.untilMs });
+  else {
+    const untilMs = config.untilMs ?? Infinity;
+    while (kernel.pendingCount > 0 && kernel.nextTimeMs() <= untilMs) {
+      kernel.run({ untilMs, maxDeliveries: 1 << 16 });
+      onProgress({
+        arrived: source.emitted,
+        finished: metricsCollector.completed + metricsCollector.dropped,
+        simulatedMs: kernel.nowMs,
+      });
+    }
+  }
 
   options.inspect?.({ router: routerActor, instances });
   const summary = metricsCollector.summary();
@@ -210,6 +239,30 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     );
   }
   return result;
+}
+
+/**
+ * The instances' real caches, for routing accounting: the request's block
+ * keys are built once for all instances (they share one block size).
+ */
+function fleetCache(
+  config: SimulationConfig,
+  instances: readonly (ServingInstance | BatchingInstance)[],
+): FleetCache {
+  if (config.instances.model !== "batching") {
+    return { cachedPrefixTokens: (i, request) => instances[i].cachedPrefixTokens(request) };
+  }
+  const blockTokens = config.instances.engine.blockTokens;
+  let last: Request | undefined, keys: BlockKeys | undefined;
+  return {
+    cachedPrefixTokens(i, request) {
+      if (request !== last) {
+        last = request;
+        keys = blockKeys(request, blockTokens);
+      }
+      return (instances[i] as BatchingInstance).cachedPrefixTokens(request, keys);
+    },
+  };
 }
 
 /**

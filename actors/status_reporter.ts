@@ -34,7 +34,7 @@ export class StatusReporter {
   /** Net cache events since the last report: group → true (now cached) or false (now evicted). */
   #groups = new Map<number, boolean>();
   /** Net block-run events since the last report: run key → blocks cached now. */
-  #runs = new Map<number, number>();
+  readonly #runs = new Map<number, number>();
   #ticking = false;
   #dirty = false;
 
@@ -120,15 +120,25 @@ export class StatusReporter {
       ctx.send(replyTo, base, delay); // the common case: counts only, one object
       return;
     }
+    let cachedRuns: number[] | undefined;
+    if (this.#runs.size > 0) {
+      const runs: number[] = cachedRuns = new Array(2 * this.#runs.size);
+      let j = 0;
+      this.#runs.forEach((cached, key) => {
+        runs[j++] = key;
+        runs[j++] = cached;
+      });
+      this.#runs.clear();
+    }
+    if (this.#groups.size === 0) {
+      // Block events only (the batching model's usual report): one object.
+      (base as { cachedRuns?: readonly number[] }).cachedRuns = cachedRuns;
+      ctx.send(replyTo, base, delay);
+      return;
+    }
     const added: number[] = [], evicted: number[] = [];
     for (const [group, cached] of this.#groups) (cached ? added : evicted).push(group);
     this.#groups.clear();
-    let cachedRuns: number[] | undefined;
-    if (this.#runs.size > 0) {
-      cachedRuns = [];
-      for (const [key, cached] of this.#runs) cachedRuns.push(key, cached);
-      this.#runs.clear();
-    }
     const count = Math.max(1, added.length, evicted.length);
     for (let i = 0; i < count; i++) {
       const status: { -readonly [K in keyof InstanceStatus]: InstanceStatus[K] } = { ...base };

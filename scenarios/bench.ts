@@ -324,6 +324,7 @@ async function runParts(names: readonly string[]): Promise<void> {
         "--allow-ffi",
         "--allow-write=results/.bench",
         "--allow-run=python3",
+        "--v8-flags=--max-semi-space-size=4", // as the run and sweep tasks (design.md, "Performance")
         fileURLToPath(import.meta.url),
         "--part",
         name,

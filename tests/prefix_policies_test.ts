@@ -195,3 +195,27 @@ Deno.test("on multi-turn sessions under batching, prefix_aware and hybrid reuse 
   assertGreater(hybrid, roundRobin + 0.05, `hybrid ${hybrid} vs round_robin ${roundRobin}`);
   assertGreater(prefixAware, hybrid, "the gate gives up some reuse for balance");
 });
+
+Deno.test("on generated conversation traffic (every request shares block 0, sessions continue), hybrid(thr=1) follows conversations, stays balanced and differs from prefix_aware", () => {
+  // 4,000 requests of the trace generator's defaults at twice their rate, on
+  // 8 batching instances with the default preset.
+  const run = (policy: PolicySpec) =>
+    simulate(scenario({
+      policy,
+      instances: { count: 8, model: "batching" },
+      workload: { trace: { generate: { requests: 4000 }, speed: 2 } },
+    }));
+  const rr = run({ name: "round_robin" });
+  const prefix = run({ name: "prefix_aware" });
+  const [thr1, thr4] = [1, 4].map((threshold) => run({ name: "hybrid", threshold }));
+  for (const r of [rr, prefix, thr1, thr4]) assertEquals(r.completed, 4000);
+  assertGreater(thr1.tokenHitRate!, rr.tokenHitRate! + 0.03);
+  assert(thr1.imbalance! <= 1.0, `hybrid(thr=1) imbalance ${thr1.imbalance}`);
+  assert(
+    thr1.ttftMeanMs !== prefix.ttftMeanMs && thr1.imbalance !== prefix.imbalance,
+    "hybrid equals prefix_aware",
+  );
+  // The threshold changes outcomes: a looser gate follows the cache more often.
+  assert(thr4.ttftMeanMs !== thr1.ttftMeanMs && thr4.imbalance !== thr1.imbalance);
+  assertGreater(thr4.tokenHitRate!, thr1.tokenHitRate!);
+});

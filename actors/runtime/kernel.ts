@@ -78,6 +78,8 @@ export interface KernelOptions {
 export interface RunOptions {
   /** Stop before delivering any message stamped later than this. @default Infinity */
   readonly untilMs?: number;
+  /** Return after delivering this many messages (run again to go on): a slice, for progress reports. @default Infinity */
+  readonly maxDeliveries?: number;
 }
 
 class KernelContext<M extends Message> implements ActorContext<M> {
@@ -277,9 +279,10 @@ export class Kernel {
    */
   run(options: RunOptions = {}): void {
     const untilMs = options.untilMs ?? Infinity;
+    const stopAt = this.#delivered + (options.maxDeliveries ?? Infinity);
     const actors = this.#actors, contexts = this.#contexts, cancelled = this.#cancelled;
     try {
-      while (this.#take(untilMs)) {
+      while (this.#delivered < stopAt && this.#take(untilMs)) {
         const seq = this.#takenSeq;
         if (cancelled.size !== 0 && cancelled.delete(seq)) continue;
         const to = this.#takenTo, message = this.#takenMessage!;
