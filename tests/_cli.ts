@@ -1,7 +1,8 @@
 /**
  * @module
- * What the command-line tests share: running `deno task run`'s entry point as
- * a subprocess, and reading the one message line of a failed command.
+ * What the command-line tests share: running a command's entry point (or its
+ * task, from another directory) as a subprocess, and reading the one message
+ * line of a failed command.
  */
 import { assert, assertEquals } from "@std/assert";
 
@@ -18,6 +19,51 @@ export async function runCli(...args: string[]): Promise<{ code: number; stdout:
   }).output();
   const decode = (b: Uint8Array) => new TextDecoder().decode(b);
   return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
+}
+
+/** What a subprocess printed, decoded. */
+export interface CliOutput {
+  readonly code: number;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/**
+ * `deno run` of `scenarios/<script>.ts` from the repository, with the
+ * permissions of its task but writes allowed only under `writable`.
+ */
+export async function runScript(script: string, writable: string, ...args: string[]): Promise<CliOutput> {
+  const output = await new Deno.Command("deno", {
+    args: [
+      "run",
+      "--no-prompt",
+      "--allow-read",
+      `--allow-write=${writable}`,
+      "--allow-ffi",
+      "--allow-sys",
+      `scenarios/${script}.ts`,
+      ...args,
+    ],
+    cwd: ROOT,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
+  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
+}
+
+/** `deno task <task> …args` of this repository as typed in the directory `caller`. */
+export function taskFrom(caller: string, task: string, ...args: string[]): Promise<Deno.CommandOutput> {
+  return new Deno.Command("deno", {
+    args: ["task", "--cwd", ROOT, task, ...args],
+    cwd: caller,
+    // What `deno task` sets when typed in `caller` (an enclosing `deno task test` would pass its own on).
+    env: { INIT_CWD: caller },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
 }
 
 /**

@@ -5,13 +5,12 @@
  * directory through a symlink; one writer per output directory.
  */
 import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
-import { messageLine } from "./_cli.ts";
+import { messageLine, runScript } from "./_cli.ts";
 import { writeFilesAtomic } from "../scenarios/atomic_write.ts";
 import { fileSystemErrorMessage, withPath } from "../scenarios/file_system_error.ts";
 import { OutputLock } from "../scenarios/output_lock.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
-const decode = (b: Uint8Array) => new TextDecoder().decode(b);
 
 /** Two runs of 200 requests: a sweep that takes a fraction of a second. */
 const TINY_SPEC = {
@@ -20,26 +19,6 @@ const TINY_SPEC = {
   policies: [{ name: "round_robin" }],
   seeds: [1],
 };
-
-/** `deno run` of `script` with the permissions of its task, writes allowed only under `writable`. */
-async function tool(script: "sweep" | "merge", writable: string, ...args: string[]) {
-  const output = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--allow-read",
-      `--allow-write=${writable}`,
-      "--allow-ffi",
-      "--allow-sys",
-      `scenarios/${script}.ts`,
-      ...args,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
 
 /** A temporary directory holding the tiny spec, and the path of that spec. */
 async function workspace(): Promise<{ dir: string; spec: string }> {
@@ -61,7 +40,7 @@ async function symlink(target: string, path: string): Promise<void> {
 /** Both shards of the tiny spec, in `shards`. */
 async function shardsOf(spec: string, dir: string, shards: string): Promise<void> {
   for (const shard of ["1/2", "2/2"]) {
-    const r = await tool("sweep", dir, "--spec", spec, "--out", shards, "--shard", shard);
+    const r = await runScript("sweep", dir, "--spec", spec, "--out", shards, "--shard", shard);
     assertEquals(r.code, 0, r.stderr);
   }
 }
@@ -151,14 +130,14 @@ Deno.test("a bad --out exits 2 with one line and writes nothing", async (t) => {
   ];
   for (const [name, out, message] of cases) {
     await t.step(`sweep --out ${name}`, async () => {
-      const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
+      const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out);
       assertEquals(code, 2, stderr);
       assertMatch(messageLine(stderr), message);
       assertEquals(names(dir), ["a_file", "shards", "spec.json"]);
       assertEquals(await Deno.readTextFile(`${dir}/a_file`), "x");
     });
     await t.step(`merge --out ${name}`, async () => {
-      const { code, stderr } = await tool("merge", dir, "--out", out, `${dir}/shards`);
+      const { code, stderr } = await runScript("merge", dir, "--out", out, `${dir}/shards`);
       assertEquals(code, 2, stderr);
       assertMatch(messageLine(stderr), message);
       assertEquals(names(dir), ["a_file", "shards", "spec.json"]);
@@ -173,14 +152,14 @@ Deno.test("a failed output write exits 1 in one line, keeps the previous results
   await Deno.mkdir(out);
   await Deno.writeTextFile(`${out}/summary.txt`, "previous results\n");
   await Deno.writeTextFile(`${out}/plots`, "a file where plots/ must go\n");
-  const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
+  const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out);
   assertEquals(code, 1, stderr);
   assertEquals(messageLine(stderr), `error: cannot create directory "${out}/plots": File exists`);
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
   // Every point is in the journal: after fixing the directory, --resume writes the results.
   assertEquals(names(out), ["plots", "summary.txt", "sweep_journal.jsonl"]);
   await Deno.remove(`${out}/plots`);
-  const resumed = await tool("sweep", dir, "--spec", spec, "--out", out, "--resume");
+  const resumed = await runScript("sweep", dir, "--spec", spec, "--out", out, "--resume");
   assertEquals(resumed.code, 0, resumed.stderr);
   assertStringIncludes(resumed.stderr, "resuming: 2 of 2 points already recorded");
   assertEquals(names(out), ["plots", "report.html", "summary.txt", "sweep_summary.csv"]);
@@ -195,7 +174,7 @@ Deno.test("merge: a failed output write exits 1 in one line and keeps the previo
   await Deno.writeTextFile(`${out}/summary.txt`, "previous results\n");
   await Deno.mkdir(`${out}/report.html`); // a directory where a file must go: its rename fails
   await Deno.writeTextFile(`${out}/report.html/keep`, "");
-  const { code, stderr } = await tool("merge", dir, "--out", out, shards);
+  const { code, stderr } = await runScript("merge", dir, "--out", out, shards);
   assertEquals(code, 1, stderr);
   assertEquals(messageLine(stderr), `error: cannot replace "${out}/report.html": Is a directory`);
   assertEquals(await Deno.readTextFile(`${out}/summary.txt`), "previous results\n");
@@ -217,7 +196,7 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
   ];
   for (const [name, target, message] of cases) {
     await t.step(name, async () => {
-      const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", target);
+      const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", target);
       assertEquals(code, 2, stderr);
       assertMatch(messageLine(stderr), message);
       assertEquals(names(outside), []);
@@ -225,7 +204,7 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
   }
   await t.step("plots/ is a symlink: refused before the first run", async () => {
     await symlink(outside, `${out}/plots`);
-    const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out);
+    const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out);
     assertEquals(code, 2, stderr);
     assertMatch(messageLine(stderr), /plots: leads through a symlink to .*rrs_outside_/);
     assertEquals(stderr.includes("sweep: "), false, "runs started");
@@ -235,7 +214,7 @@ Deno.test("writes cannot leave their directory through a symlink", async (t) => 
   await t.step("the journal is a symlink", async () => {
     await Deno.writeTextFile(`${outside}/target`, "not a journal\n");
     await symlink(`${outside}/target`, `${out}/sweep_journal.jsonl`);
-    const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out, "--fresh");
+    const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out, "--fresh");
     assertEquals(code, 2, stderr);
     assertMatch(
       messageLine(stderr),
@@ -256,7 +235,7 @@ Deno.test("while a sweep holds --out, another sweep, --resume, --fresh or a merg
   const lock = await OutputLock.acquire(`${out}/.sweep.lock`, `--out ${out}`, "sweep --spec spec.json");
   for (const extra of [[], ["--resume"], ["--fresh"]]) {
     await t.step(["sweep", ...extra].join(" "), async () => {
-      const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out, ...extra);
+      const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out, ...extra);
       assertEquals(code, 2, stderr);
       assertMatch(
         messageLine(stderr),
@@ -267,13 +246,13 @@ Deno.test("while a sweep holds --out, another sweep, --resume, --fresh or a merg
     });
   }
   await t.step("merge", async () => {
-    const { code, stderr } = await tool("merge", dir, "--out", out, `${dir}/shards`);
+    const { code, stderr } = await runScript("merge", dir, "--out", out, `${dir}/shards`);
     assertEquals(code, 2, stderr);
     assertMatch(messageLine(stderr), /^error: --out .*out is in use by "sweep --spec spec\.json"/);
   });
   assertEquals(await Deno.readTextFile(`${out}/sweep_journal.jsonl`), "the running sweep's journal\n");
   await t.step("a shard has its own lock, so shards may share a directory", async () => {
-    const { code, stderr } = await tool("sweep", dir, "--spec", spec, "--out", out, "--shard", "1/2");
+    const { code, stderr } = await runScript("sweep", dir, "--spec", spec, "--out", out, "--shard", "1/2");
     assertEquals(code, 0, stderr);
   });
   lock.release();

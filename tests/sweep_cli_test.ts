@@ -2,6 +2,7 @@
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { readJournal } from "../scenarios/sweep_journal.ts";
 import { interruptWhenSeen } from "./_interrupt.ts";
+import { taskFrom } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 
@@ -73,16 +74,7 @@ Deno.test("deno task sweep started from another directory writes where --out say
   const caller = await Deno.makeTempDir();
   // Under results/quick/ (git-ignored), which the task may write; not the home of a committed sweep.
   const name = `quick/test_caller_${crypto.randomUUID().slice(0, 8)}`;
-  const task = (out: string) =>
-    new Deno.Command("deno", {
-      args: ["task", "--cwd", ROOT, "sweep", "--quick", "--workers", "1", "--out", out],
-      cwd: caller,
-      // What `deno task` sets when typed in `caller` (an enclosing `deno task test` would pass its own on).
-      env: { INIT_CWD: caller },
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
+  const task = (out: string) => taskFrom(caller, "sweep", "--quick", "--workers", "1", "--out", out);
   try {
     const absolute = await task(`${ROOT}results/${name}`);
     assertEquals(absolute.code, 0, new TextDecoder().decode(absolute.stderr));

@@ -8,31 +8,10 @@ import { simulate } from "../actors/simulation.ts";
 import { TRACE_GENERATOR_DEFAULTS, TRACE_GENERATOR_PARAMETERS } from "../actors/trace_generator.ts";
 import { parseScenario } from "../scenarios/scenario.ts";
 import { generatorOptionsFromFlags } from "../scenarios/trace_gen.ts";
-import { messageLine } from "./_cli.ts";
+import { messageLine, runScript, taskFrom } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-
-/** `deno run scenarios/<script>.ts` from the repository, allowed to write `writable` (as its task writes results/). */
-async function tool(script: string, writable: string, ...args: string[]) {
-  const output = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--no-prompt",
-      "--allow-read",
-      `--allow-write=${writable}`,
-      "--allow-ffi",
-      "--allow-sys",
-      `scenarios/${script}.ts`,
-      ...args,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
 
 /** Non-default parameters, as flags and as `workload.trace.generate`. */
 const FLAGS = [
@@ -52,18 +31,18 @@ const GENERATE = { requests: 1200, seed: 3, agentFrac: 0.5, systemPrompts: 2, ra
 Deno.test("trace-gen writes the trace and one summary line; the same flags write the same bytes", async () => {
   const dir = await Deno.makeTempDir({ prefix: "rrs_tracegen_" });
   try {
-    const first = await tool("trace_gen", dir, "--out", `${dir}/a.jsonl`, ...FLAGS);
+    const first = await runScript("trace_gen", dir, "--out", `${dir}/a.jsonl`, ...FLAGS);
     assertEquals(first.code, 0, first.stderr);
     assertMatch(
       first.stdout,
       /^wrote 1200 requests \(\d+ sessions\) over [\d.]+ s \([\d.]+ req\/s\) to .*a\.jsonl: mean input \d+ tokens \([\d.]+ blocks of 512\), mean output [\d.]+ tokens\n$/,
     );
-    const again = await tool("trace_gen", dir, "--out", `${dir}/b.jsonl`, ...FLAGS);
+    const again = await runScript("trace_gen", dir, "--out", `${dir}/b.jsonl`, ...FLAGS);
     assertEquals(again.code, 0, again.stderr);
     const a = await Deno.readTextFile(`${dir}/a.jsonl`);
     assertEquals(await Deno.readTextFile(`${dir}/b.jsonl`), a);
     assertEquals(a.split("\n").length, 1201); // 1200 lines, each ending in a newline
-    const other = await tool("trace_gen", dir, "--out", `${dir}/c.jsonl`, ...FLAGS, "--seed", "4");
+    const other = await runScript("trace_gen", dir, "--out", `${dir}/c.jsonl`, ...FLAGS, "--seed", "4");
     assertEquals(other.code, 0, other.stderr);
     assertNotEquals(await Deno.readTextFile(`${dir}/c.jsonl`), a);
     assertEquals([...Deno.readDirSync(dir)].map((e) => e.name).sort(), ["a.jsonl", "b.jsonl", "c.jsonl"]);
@@ -101,7 +80,7 @@ Deno.test("trace-gen bad input exits 2 with one line naming the flag, the value 
   ];
   for (const [args, message] of cases) {
     await t.step(args.slice(2).join(" ") || args.join(" ") || "(no flags)", async () => {
-      const { code, stdout, stderr } = await tool("trace_gen", dir, ...args);
+      const { code, stdout, stderr } = await runScript("trace_gen", dir, ...args);
       assertEquals(code, 2, stderr);
       const line = messageLine(stderr);
       if (typeof message === "string") assertStringIncludes(line, message);
@@ -114,7 +93,7 @@ Deno.test("trace-gen bad input exits 2 with one line naming the flag, the value 
 });
 
 Deno.test("trace-gen --help lists every generator flag with its default", async () => {
-  const { code, stdout } = await tool("trace_gen", "/tmp", "--help");
+  const { code, stdout } = await runScript("trace_gen", "/tmp", "--help");
   assertEquals(code, 0);
   for (
     const flag of [
@@ -138,16 +117,7 @@ Deno.test("trace-gen --help lists every generator flag with its default", async 
 Deno.test("deno task trace-gen from another directory writes inside results/ only, paths the caller's", async () => {
   const caller = await Deno.makeTempDir();
   const name = `quick/test_trace_gen_${crypto.randomUUID().slice(0, 8)}`;
-  const task = (...args: string[]) =>
-    new Deno.Command("deno", {
-      args: ["task", "--cwd", ROOT, "trace-gen", "--requests", "50", ...args],
-      cwd: caller,
-      // What `deno task` sets when typed in `caller` (an enclosing `deno task test` would pass its own on).
-      env: { INIT_CWD: caller },
-      stdin: "null",
-      stdout: "piped",
-      stderr: "piped",
-    }).output();
+  const task = (...args: string[]) => taskFrom(caller, "trace-gen", "--requests", "50", ...args);
   try {
     const inside = await task("--out", `${ROOT}results/${name}/t.jsonl`);
     assertEquals(inside.code, 0, decode(inside.stderr));
@@ -170,7 +140,7 @@ Deno.test("deno task trace-gen from another directory writes inside results/ onl
 Deno.test("a scenario naming a generated trace runs exactly as one replaying the file trace-gen writes", async (t) => {
   const dir = await Deno.makeTempDir({ prefix: "rrs_tracegen_" });
   const path = `${dir}/trace.jsonl`;
-  const written = await tool("trace_gen", dir, "--out", path, ...FLAGS);
+  const written = await runScript("trace_gen", dir, "--out", path, ...FLAGS);
   assertEquals(written.code, 0, written.stderr);
   const cases: [string, Record<string, unknown>, Record<string, unknown>][] = [
     ["as recorded", {}, {}],
@@ -202,7 +172,7 @@ Deno.test("deno task run replays a generated trace from a scenario file, and --t
       workload: { trace: { generate: GENERATE } },
     }),
   );
-  const run = (...args: string[]) => tool("run", dir, "--scenario", scenario, ...args);
+  const run = (...args: string[]) => runScript("run", dir, "--scenario", scenario, ...args);
   const table = await run("--trace-speed", "2", "--requests", "300");
   assertEquals(table.code, 0, table.stderr);
   assertStringIncludes(
@@ -282,7 +252,7 @@ Deno.test("a sweep over a generated trace is byte-identical at any worker count 
     const spec = `${dir}/spec.json`;
     await Deno.writeTextFile(spec, JSON.stringify(SPEC));
     const sweep = (out: string, ...args: string[]) =>
-      tool("sweep", dir, "--spec", spec, "--out", out, ...args);
+      runScript("sweep", dir, "--spec", spec, "--out", out, ...args);
     const csvs: string[] = [];
     for (const workers of ["1", "3"]) {
       const r = await sweep(`${dir}/w${workers}`, "--workers", workers);
@@ -293,7 +263,7 @@ Deno.test("a sweep over a generated trace is byte-identical at any worker count 
       const r = await sweep(`${dir}/shards`, "--shard", shard, "--workers", "1");
       assertEquals(r.code, 0, r.stderr);
     }
-    const merged = await tool("merge", dir, "--out", `${dir}/merged`, `${dir}/shards`);
+    const merged = await runScript("merge", dir, "--out", `${dir}/merged`, `${dir}/shards`);
     assertEquals(merged.code, 0, merged.stderr);
     csvs.push(await Deno.readTextFile(`${dir}/merged/sweep_summary.csv`));
     assertEquals(csvs[1], csvs[0]);
