@@ -170,15 +170,20 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   }
 
   /**
-   * Prompt tokens admission would find cached for `request` right now (the
-   * same cap as admission: keyed blocks, never the prompt's last token). No
-   * side effects: the router's accounting reads it (with the request's keys
-   * at this instance's block size, when it has them already).
+   * Prompt tokens admission would find cached for `request` at `nowMs` (the
+   * same cap as admission: keyed blocks, never the prompt's last token). The
+   * router's accounting reads it (with the request's keys at this instance's
+   * block size, when it has them already). It changes nothing observable: a
+   * decode stretch in progress is first brought up to the step boundaries
+   * before `nowMs` (a boundary at `nowMs` itself is left to the instance's
+   * own next message), whose evictions a step-by-step run would have made.
    */
   cachedPrefixTokens(
     request: Request,
     keys: BlockKeys = blockKeys(request, this.#options.blockTokens),
+    nowMs = -Infinity,
   ): number {
+    this.#catchUp(nowMs, false);
     const B = this.#options.blockTokens;
     const prompt = request.prefixTokens + request.suffixTokens;
     const limit = Math.min(keys.count, Math.floor((prompt - 1) / B));
@@ -388,14 +393,21 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     return true;
   }
 
-  /** Applies the stretch's step boundaries up to `now` (not its last: that is its timer's). */
-  #catchUp(now: number): void {
+  /**
+   * Applies the stretch's step boundaries up to `now` (`inclusive`: and at
+   * it; never its last: that is its timer's), and returns the time of the
+   * last boundary applied.
+   */
+  #catchUp(now: number, inclusive = true): number {
     const stretch = this.#stretch;
-    if (stretch === undefined || stretch.nextMs > now || stretch.applied + 1 >= stretch.steps) return;
+    if (stretch === undefined) return -Infinity;
+    if (!(inclusive ? stretch.nextMs <= now : stretch.nextMs < now) || stretch.applied + 1 >= stretch.steps) {
+      return stretch.appliedMs;
+    }
     const B = this.#options.blockTokens, phase = stretch.phase, cache = this.cache;
     const from = stretch.applied;
     let j = from, t = stretch.appliedMs, next = stretch.nextMs;
-    while (j + 1 < stretch.steps && next <= now) {
+    while (j + 1 < stretch.steps && (inclusive ? next <= now : next < now)) {
       j++;
       t = next;
       next = t + stretch.stepMs;
@@ -419,6 +431,17 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     stretch.applied = j;
     stretch.appliedMs = t;
     stretch.nextMs = next;
+    return t;
+  }
+
+  /**
+   * A run stopped at `untilMs`: applies the stretch's boundaries up to it, as
+   * a step-by-step run would have delivered them, and returns the time of the
+   * last one (−∞ when there is no stretch), so the run's clock ends where it
+   * would have.
+   */
+  stopAt(untilMs: number): number {
+    return this.#catchUp(untilMs);
   }
 
   /** A message arrived mid-stretch: apply it up to now and go on step by step from the step in progress. */

@@ -198,7 +198,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   const routerActor = new Router(instanceRefs, policy, {
     ...routerOptions(config),
     // The god's-eye view, for routing accounting only (the policy never sees it).
-    fleetCache: fleetCache(config, instances),
+    fleetCache: fleetCache(config, instances, () => kernel.nowMs),
   });
   const router = kernel.spawn("router", routerActor);
   const source = createWorkloadSource(config.workload, router);
@@ -217,6 +217,14 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     }
   }
 
+  // Stopped early: decode stretches apply their steps up to the stop, and the
+  // clock ends at the last step a step-by-step run would have delivered.
+  let endMs = kernel.nowMs;
+  if (config.untilMs !== undefined) {
+    for (const instance of instances) {
+      if (instance instanceof BatchingInstance) endMs = Math.max(endMs, instance.stopAt(config.untilMs));
+    }
+  }
   options.inspect?.({ router: routerActor, instances });
   const summary = metricsCollector.summary();
   const held = countRequestsHeld(kernel, instances);
@@ -228,7 +236,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
     ...summary,
     droppedFraction: droppedFraction(summary.dropped, requests),
     skippedInvalid: source instanceof TraceSource ? source.skipped : 0,
-    simulatedMs: kernel.nowMs,
+    simulatedMs: endMs,
     messages: kernel.messagesDelivered,
   };
   if (result.completed + result.dropped + result.inFlight !== requests) {
@@ -248,6 +256,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
 function fleetCache(
   config: SimulationConfig,
   instances: readonly (ServingInstance | BatchingInstance)[],
+  now: () => number,
 ): FleetCache {
   if (config.instances.model !== "batching") {
     return { cachedPrefixTokens: (i, request) => instances[i].cachedPrefixTokens(request) };
@@ -260,7 +269,7 @@ function fleetCache(
         last = request;
         keys = blockKeys(request, blockTokens);
       }
-      return (instances[i] as BatchingInstance).cachedPrefixTokens(request, keys);
+      return (instances[i] as BatchingInstance).cachedPrefixTokens(request, keys, now());
     },
   };
 }

@@ -25,9 +25,12 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
  * matches are the group's holders: this is the old group rule's "least loaded
  * holder", with the same random draws.
  *
- * One pass, as {@linkcode pickBy} would over the longest matches: a longer
- * match restarts the choice, so ties are drawn among the final longest only
- * (uniformly), and instances that match nothing draw nothing.
+ * One pass: a longer match restarts the choice, so the result is uniform
+ * among the least-loaded of the final longest matches, and instances that
+ * match nothing draw nothing. Ties among a shorter match that a longer one
+ * later replaces do spend draws, so where matches differ in length the
+ * random stream is not {@linkcode pickBy}'s over the longest; where every
+ * match is equal (the group view) it is exactly pickBy's.
  */
 export function leastLoadedLongestMatch(view: RouterView, request: Request, random: RandomStream): number {
   const { waiting, running } = view;

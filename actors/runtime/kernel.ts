@@ -144,6 +144,7 @@ export class Kernel {
   #takenSeq = -1;
   #takenTo = 0;
   #takenMessage: Message | undefined;
+  #takenTimeMs = 0;
   readonly #actors: Actor<Message>[] = [];
   readonly #contexts: KernelContext<Message>[] = [];
   readonly #names = new Set<string>();
@@ -281,18 +282,23 @@ export class Kernel {
     const untilMs = options.untilMs ?? Infinity;
     const stopAt = this.#delivered + (options.maxDeliveries ?? Infinity);
     const actors = this.#actors, contexts = this.#contexts, cancelled = this.#cancelled;
+    let handling = false;
     try {
       while (this.#delivered < stopAt && this.#take(untilMs)) {
         const seq = this.#takenSeq;
         if (cancelled.size !== 0 && cancelled.delete(seq)) continue;
         const to = this.#takenTo, message = this.#takenMessage!;
+        this.#now = this.#takenTimeMs;
         this.#deliveringSeq = seq;
         this.#delivered++;
         if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
+        handling = true;
         actors[to].handle(message, contexts[to]);
+        handling = false;
       }
     } catch (error) {
-      throw this.#failure(error);
+      // A tap's error is the caller's own; a handler's fails the run, naming it.
+      throw handling ? this.#failure(error) : error;
     }
   }
 
@@ -316,6 +322,7 @@ export class Kernel {
     const cancelled = this.#cancelled;
     if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
     const to = this.#takenTo, message = this.#takenMessage!;
+    this.#now = this.#takenTimeMs;
     this.#deliveringSeq = seq;
     this.#delivered++;
     if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
@@ -328,8 +335,9 @@ export class Kernel {
   }
 
   /**
-   * Takes the next message due by `untilMs` into `#taken*`, advancing the
-   * clock; false when there is none. Heap entries stamped now come before the
+   * Takes the next message due by `untilMs` into `#taken*` (the caller
+   * advances the clock to it, unless it was cancelled); false when there is
+   * none. Heap entries stamped now come before the
    * lane (they were sent earlier), the lane before later times.
    */
   #take(untilMs: number): boolean {
@@ -338,6 +346,7 @@ export class Kernel {
     if (head < this.#laneTail && !(queue.size > 0 && queue.peekTimeMs() === this.#now)) {
       if (this.#now > untilMs) return false;
       this.#takenSeq = this.#laneSeq[head];
+      this.#takenTimeMs = this.#now;
       this.#takenTo = this.#laneTo[head];
       this.#takenMessage = this.#laneItem[head];
       this.#laneItem[head] = undefined;
@@ -349,7 +358,7 @@ export class Kernel {
     this.#takenMessage = queue.pop();
     this.#takenSeq = queue.poppedSeq;
     this.#takenTo = queue.poppedTo;
-    this.#now = queue.poppedTimeMs;
+    this.#takenTimeMs = queue.poppedTimeMs;
     return true;
   }
 
