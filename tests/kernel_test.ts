@@ -202,3 +202,14 @@ Deno.test("runWithClock consults the clock before each delivery", async () => {
   assertEquals(asked, [2, 4]);
   assertEquals(sink.received.length, 2);
 });
+
+Deno.test("kernel: a cancelled message does not move the clock", () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  kernel.send(ref, note("kept"), 1);
+  kernel.cancel(kernel.send(ref, note("cancelled"), 5));
+  kernel.run();
+  assertEquals(sink.received.map((r) => r.message.label), ["kept"]);
+  assertEquals(kernel.nowMs, 1);
+});

@@ -200,3 +200,52 @@ Deno.test("the note counts expected tokens as the engine caps a hit: whole block
     assertEquals(routeOnce(byGroup, req(100), [0, 4, 0]).expectedTokens, 160);
   });
 });
+
+Deno.test("decode stretches change nothing the accounting or a stopped run's clock sees", async () => {
+  // Request A caches 2 blocks of 512 tokens; B decodes 800 tokens on a
+  // 100-block instance, evicting them step by step inside a decode stretch;
+  // A's twin arrives mid-stretch and must find only what is left.
+  const trace = await Deno.makeTempFile({ suffix: ".jsonl" });
+  await Deno.writeTextFile(
+    trace,
+    [
+      { timestamp: 0, input_length: 1024, output_length: 1, hash_ids: [1, 2] },
+      { timestamp: 0, input_length: 400, output_length: 800, hash_ids: [100] },
+      { timestamp: 3000, input_length: 1024, output_length: 1, hash_ids: [1, 2] },
+    ].map((row) => JSON.stringify(row)).join("\n"),
+  );
+  // Round robin ignores status reports, so reporting once per 10^7 ms (which
+  // turns decode stretches off) runs the engine exactly as reporting on every
+  // change (with stretches): the real cache the accounting reads, and the
+  // last step delivered before `untilMs`, must be the same.
+  const run = (statusIntervalMs: number, untilMs?: number) =>
+    simulate(scenario({
+      policy: { name: "round_robin" },
+      router: { statusIntervalMs },
+      instances: { count: 1, model: "batching", engine: { kvBlocks: 100 } },
+      workload: { trace: { path: trace, format: "mooncake" } },
+      untilMs,
+    }));
+  try {
+    for (const untilMs of [undefined, 1500, 2500]) {
+      const stretched = run(0, untilMs), stepwise = run(1e7, untilMs);
+      for (
+        const field of [
+          "completed",
+          "inFlight",
+          "ttftMeanMs",
+          "tokenHitRate",
+          "availableTokenHitRate",
+          "routingRegret",
+        ] as const
+      ) {
+        assertEquals(stretched[field], stepwise[field], `${field} (untilMs ${untilMs})`);
+      }
+      // Run to the end, the periodic reporter's last tick (10^7 ms) is the last delivery.
+      if (untilMs !== undefined) assertEquals(stretched.simulatedMs, stepwise.simulatedMs);
+    }
+    assert(run(0).availableTokenHitRate! < 0.4, "the twin found blocks a step-by-step run had evicted");
+  } finally {
+    await Deno.remove(trace);
+  }
+});
