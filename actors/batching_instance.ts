@@ -203,8 +203,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       case "step_done":
         this.#stepDone(ctx);
         break;
-      case "report_tick":
-        this.#catchUp(ctx.now());
+      case "report_tick": // periodic reports: no stretches (see the constructor)
         this.#reporter.tick(ctx);
         break;
       default:

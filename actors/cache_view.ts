@@ -9,7 +9,7 @@
 import { LRUMap } from "mnemonist";
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { NumberTable } from "./number_table.ts";
-import type { BlockKeys } from "./prefix_keys.ts";
+import { type BlockKeys, type CachedRuns, leadingCachedBlocks } from "./prefix_keys.ts";
 import type { InstanceStatus, Request } from "./protocol.ts";
 
 /** The router's belief about instance caches. */
@@ -43,20 +43,25 @@ export function createCacheView(instanceCount: number, options: CacheViewOptions
     : new ApproximateCacheView(instanceCount, options.unit, options.capacity);
 }
 
+/** An instance's cached runs as its reports tell them: run key → leading blocks cached. */
+class ReportedRuns extends NumberTable<number> implements CachedRuns {
+  cachedBlocks(runKey: number): number {
+    return this.get(runKey) ?? 0;
+  }
+}
+
 /** From the instances' reports: groups advertised, and block runs cached (batching). */
 export class ExactCacheView implements CacheView {
   readonly learnsFromRouting = false;
   readonly #groups: Set<number>[];
   /** Per instance: run key → leading blocks cached. */
-  readonly #runs: NumberTable<number>[];
+  readonly #runs: ReportedRuns[];
   readonly #unit: "groups" | "blocks";
 
   constructor(instanceCount: number, unit: "groups" | "blocks") {
     this.#unit = unit;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
-    this.#runs = unit === "blocks"
-      ? Array.from({ length: instanceCount }, () => new NumberTable<number>())
-      : [];
+    this.#runs = unit === "blocks" ? Array.from({ length: instanceCount }, () => new ReportedRuns()) : [];
   }
 
   holds(instance: number, group: number): boolean {
@@ -67,16 +72,7 @@ export class ExactCacheView implements CacheView {
     if (this.#unit === "groups") {
       return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
     }
-    // Leading blocks cached, run by run, up to the first run not wholly cached.
-    const runs = this.#runs[instance], per = keys.runBlocks;
-    let n = 0;
-    for (let r = 0; n < keys.count; r++) {
-      const want = Math.min(per, keys.count - n);
-      const cached = runs.get(keys.runKey(r)) ?? 0;
-      if (cached < want) return n + cached;
-      n += want;
-    }
-    return n;
+    return leadingCachedBlocks(keys, keys.count, this.#runs[instance]);
   }
 
   routed(): void {}

@@ -14,7 +14,7 @@
  * runs, not its blocks (design.md, "Block runs").
  */
 import { NumberTable } from "./number_table.ts";
-import type { BlockKeys } from "./prefix_keys.ts";
+import { type BlockKeys, type CachedRuns, leadingCachedBlocks } from "./prefix_keys.ts";
 
 /**
  * Blocks `[lo, hi)` of one run that became evictable together: one entry of
@@ -64,7 +64,7 @@ interface RunNode {
  * or cached and unreferenced (evictable, in LRU order). `free + held +
  * evictable = capacity` at all times.
  */
-export class KvBlockCache {
+export class KvBlockCache implements CachedRuns {
   readonly capacity: number;
   readonly prefixCaching: boolean;
   readonly #nodes = new NumberTable<RunNode>();
@@ -121,18 +121,7 @@ export class KvBlockCache {
    * first miss (a block is only reusable when every block before it is).
    */
   matchPrefix(keys: BlockKeys, limit: number): number {
-    if (!this.prefixCaching) return 0;
-    const per = keys.runBlocks, nodes = this.#nodes;
-    if (limit > keys.count) limit = keys.count;
-    let n = 0;
-    for (let r = 0; n < limit; r++) {
-      const node = nodes.get(keys.runKey(r));
-      if (node === undefined) break;
-      const want = Math.min(per, limit - n);
-      if (node.cached < want) return n + node.cached;
-      n += want;
-    }
-    return n;
+    return this.prefixCaching ? leadingCachedBlocks(keys, limit, this) : 0;
   }
 
   /** References the first `count` keyed blocks, which must be cached (see `matchPrefix`). */

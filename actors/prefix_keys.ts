@@ -37,13 +37,11 @@ const NO_KEYS: BlockKeys = Object.freeze({ count: 0, keyAt: () => -1, runBlocks:
  * derived from its prefix group covering `prefixTokens` (one run), else none.
  */
 export function blockKeys(request: Request, blockTokens: number): BlockKeys {
-  const prompt = request.prefixTokens + request.suffixTokens;
   if (request.prefixKeys !== undefined && request.keyTokens !== undefined) {
     const keys = request.prefixKeys;
     const per = request.keyTokens / blockTokens;
-    const keyed = Math.min(prompt, keys.length * request.keyTokens);
     return {
-      count: Math.floor(keyed / blockTokens),
+      count: keyedBlockCount(request, blockTokens),
       keyAt: per === 1 ? (j) => keys[j] : (j) => keys[Math.floor(j / per)] * per + (j % per),
       runBlocks: per,
       runKey: (r) => keys[r],
@@ -51,7 +49,7 @@ export function blockKeys(request: Request, blockTokens: number): BlockKeys {
   }
   if (request.prefixGroup >= 0) {
     const base = (request.prefixGroup + 1) * GROUP_KEY_STRIDE;
-    const count = Math.floor(Math.min(prompt, request.prefixTokens) / blockTokens);
+    const count = keyedBlockCount(request, blockTokens);
     return { count, keyAt: (j) => base + j, runBlocks: Math.max(1, count), runKey: () => base };
   }
   return NO_KEYS;
@@ -66,7 +64,26 @@ export function keyedBlockCount(request: Request, blockTokens: number): number {
   return request.prefixGroup >= 0 ? Math.floor(Math.min(prompt, request.prefixTokens) / blockTokens) : 0;
 }
 
-/** Number of runs covering the first `blocks` keyed blocks. */
-export function runsCovering(keys: BlockKeys, blocks: number): number {
-  return Math.ceil(blocks / keys.runBlocks);
+/** Where a run's cached length can be read: an instance's cache, or the router's view of one. */
+export interface CachedRuns {
+  /** Leading blocks of run `runKey` that are cached (0 when none). */
+  cachedBlocks(runKey: number): number;
+}
+
+/**
+ * How many of the first `limit` keyed blocks `cached` holds, run by run,
+ * stopping at the first run not wholly cached (a block is only reusable when
+ * every block before it is).
+ */
+export function leadingCachedBlocks(keys: BlockKeys, limit: number, cached: CachedRuns): number {
+  const per = keys.runBlocks;
+  if (limit > keys.count) limit = keys.count;
+  let n = 0;
+  for (let r = 0; n < limit; r++) {
+    const want = Math.min(per, limit - n);
+    const blocks = cached.cachedBlocks(keys.runKey(r));
+    if (blocks < want) return n + blocks;
+    n += want;
+  }
+  return n;
 }

@@ -48,8 +48,7 @@ export function runProgress(total: number | null, terminal: boolean): ProgressDi
         bar.update(Math.min(p.arrived, total), { sim: hours(p.simulatedMs), rate });
         return;
       }
-      if (now - lastLine < 10_000 && !terminal) return;
-      if (terminal && now - lastLine < 1000) return;
+      if (now - lastLine < (terminal ? 1000 : 10_000)) return;
       lastLine = now;
       const of = total === null ? "" : ` of ${total.toLocaleString("en-US")}`;
       console.error(

@@ -315,22 +315,13 @@ export class Kernel {
     }
   }
 
-  /** Delivers the next message, if any. Returns false when the queue is empty. */
+  /**
+   * Delivers the next message, if any (skipping cancelled ones stamped the
+   * same instant). Returns false when the queue is empty.
+   */
   step(): boolean {
-    if (!this.#take(Infinity)) return false;
-    const seq = this.#takenSeq;
-    const cancelled = this.#cancelled;
-    if (cancelled.size !== 0 && cancelled.delete(seq)) return true;
-    const to = this.#takenTo, message = this.#takenMessage!;
-    this.#now = this.#takenTimeMs;
-    this.#deliveringSeq = seq;
-    this.#delivered++;
-    if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
-    try {
-      this.#actors[to].handle(message, this.#contexts[to]);
-    } catch (error) {
-      throw this.#failure(error);
-    }
+    if (this.pendingCount === 0) return false;
+    this.run({ untilMs: this.nextTimeMs(), maxDeliveries: 1 });
     return true;
   }
 
