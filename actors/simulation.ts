@@ -4,7 +4,7 @@
  * under the virtual clock, runs it, and checks that no request was lost.
  */
 import { droppedFraction, MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
-import { createPolicy, type PolicySpec } from "./policies/mod.ts";
+import { createPolicy, policyReads, type PolicySpec } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
 import type { AnyMessage, MetricsCommand, Request, RouteCommand, ServeCommand } from "./protocol.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
@@ -69,19 +69,6 @@ export interface RouterConfig {
   readonly networkDelayMs: number;
 }
 
-/** Policies that read block-level matches (an exact view of a batching instance then needs its block events). */
-const BLOCK_AWARE = new Set([
-  "prefix_aware",
-  "hybrid",
-  "sglang_cache_aware",
-  "llmd_weighted",
-  "dynamo_kv",
-  "preble_e2",
-  "vllm_prefix",
-]);
-/** Policies that read pending prefill, decode blocks or KV utilisation (kept fresh step by step). */
-const LOAD_AWARE = new Set(["llmd_weighted", "dynamo_kv", "preble_e2"]);
-
 /** The router's options (cache view, block size) for a config. */
 export function routerOptions(config: SimulationConfig): InstanceTableOptions {
   const { instances, router } = config;
@@ -107,8 +94,8 @@ export function statusReporting(config: SimulationConfig, pluginPolicy = false):
     intervalMs: router.statusIntervalMs,
     delayMs: router.networkDelayMs,
     blockEvents: router.cacheView === "exact" && instances.model === "batching" &&
-      (pluginPolicy || BLOCK_AWARE.has(config.policy.name)),
-    loadSignals: pluginPolicy || LOAD_AWARE.has(config.policy.name),
+      (pluginPolicy || policyReads(config.policy.name).blocks),
+    loadSignals: pluginPolicy || policyReads(config.policy.name).load,
   };
 }
 

@@ -5,7 +5,7 @@
  * instance, instance 0 least of all, collects every tie.
  */
 import type { Request } from "../protocol.ts";
-import type { RandomStream } from "../runtime/random_stream.ts";
+import type { RandomStream } from "./policy.ts";
 import { pickBy } from "./_pick.ts";
 import type { RouterView } from "./policy.ts";
 

@@ -3,7 +3,7 @@
  * The arg-max every scored policy needs, with a uniformly random choice among
  * equal scores (reservoir sampling), so no instance collects every tie.
  */
-import type { RandomStream } from "../runtime/random_stream.ts";
+import type { RandomStream } from "./policy.ts";
 
 /**
  * The index in [0, n) with the highest `score` (among those `score` does not

@@ -4,7 +4,7 @@
  * point on a hash ring; the first instance clockwise whose load is within the
  * bound takes the request.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Parameters of {@linkcode chwbl}, with KubeAI's defaults. */
 export interface ChwblOptions {
@@ -62,3 +62,20 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode chwbl}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "chwbl",
+  summary:
+    "KubeAI's consistent hashing with bounded loads: the prefix's point on a ring, first instance clockwise within the load bound.",
+  params: {
+    loadFactor: {
+      doc: "an instance may take the request while in-flight <= loadFactor × (total + 1) / N",
+      default: 1.25,
+      min: 1,
+    },
+    ringPoints: { doc: "ring points per instance", default: 256, min: 1, integer: true },
+  },
+  reads: { blocks: false, load: false },
+  create: (params) => chwbl(params),
+} as const satisfies PolicyDescriptor<"chwbl">;

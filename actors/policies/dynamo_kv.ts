@@ -4,7 +4,7 @@
  * compute plus decode blocks in flight; a temperature turns the arg-min into
  * a softmax sample.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Parameters of {@linkcode dynamoKv}, with Dynamo's default. */
@@ -40,3 +40,19 @@ export function dynamoKv(options: DynamoKvOptions = {}): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode dynamoKv}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "dynamo_kv",
+  summary:
+    "NVIDIA Dynamo's KV router: lowest cost of prefill blocks to compute plus decode blocks in flight.",
+  params: {
+    temperature: {
+      doc: "0: lowest cost wins; > 0: softmax sample over normalised costs",
+      default: 0,
+      min: 0,
+    },
+  },
+  reads: { blocks: true, load: true },
+  create: (params) => dynamoKv(params),
+} as const satisfies PolicyDescriptor<"dynamo_kv">;

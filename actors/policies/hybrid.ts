@@ -4,7 +4,7 @@
  * is short; otherwise balance load.
  */
 import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Options for {@linkcode hybrid}. */
 export interface HybridOptions {
@@ -31,3 +31,22 @@ export function hybrid(options: HybridOptions = {}): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode hybrid}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "hybrid",
+  summary:
+    "prefix_aware's choice while fewer than `threshold` requests are queued there, else the least loaded (the original study).",
+  params: {
+    threshold: {
+      doc:
+        "queue-depth gate: follow the longest cached prefix only while fewer than this many requests are queued there (fifo: waiting behind the one in service; batching: still owed their first token); 0 never follows the cache",
+      default: 1,
+      min: 0,
+      short: "thr",
+      alwaysLabelled: true,
+    },
+  },
+  reads: { blocks: true, load: false },
+  create: (params) => hybrid(params),
+} as const satisfies PolicyDescriptor<"hybrid">;

@@ -4,9 +4,18 @@
  * broken at random.
  */
 import { leastLoaded } from "./_least_loaded.ts";
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Picks the instance with the fewest requests waiting or running. */
 export function leastLoad(): RoutingPolicy {
   return { name: "least_load", choose: (_request, view, random) => leastLoaded(view, random) };
 }
+
+/** {@linkcode leastLoad}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "least_load",
+  summary: "The instance with the fewest requests waiting or running; ties at random (the original study).",
+  params: {},
+  reads: { blocks: false, load: false },
+  create: () => leastLoad(),
+} as const satisfies PolicyDescriptor<"least_load">;

@@ -3,7 +3,7 @@
  * llm-d / Gateway API Inference Extension scheduling: weighted scorers and a
  * max-score picker with random tie-break.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Scorer weights of {@linkcode llmdWeighted}, with llm-d's defaults. */
@@ -39,3 +39,16 @@ export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode llmdWeighted}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "llmd_weighted",
+  summary: "llm-d scheduler: weighted prefix, queue and KV-utilisation scores, max score wins.",
+  params: {
+    prefixWeight: { doc: "weight of the prefix score (matched / all prompt blocks)", default: 3, min: 0 },
+    queueWeight: { doc: "weight of the queue score ((q_max − q) / (q_max − q_min))", default: 2, min: 0 },
+    kvWeight: { doc: "weight of the KV score (1 − KV utilisation)", default: 2, min: 0 },
+  },
+  reads: { blocks: true, load: true },
+  create: (params) => llmdWeighted(params),
+} as const satisfies PolicyDescriptor<"llmd_weighted">;

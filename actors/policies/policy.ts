@@ -4,7 +4,13 @@
  * instances (built only from their status messages) and a random stream.
  */
 import type { Request } from "../protocol.ts";
-import type { RandomStream } from "../runtime/random_stream.ts";
+
+/**
+ * Uniform numbers in [0, 1), seeded per actor. The router hands its own
+ * stream to the policy; a policy never creates one (it depends on the
+ * protocol, not on the runtime: design.md, "Layering").
+ */
+export type RandomStream = () => number;
 
 /** What the router knows of the instances, from their status messages. */
 export interface RouterView {
@@ -64,4 +70,53 @@ export interface RoutingPolicy {
   readonly name: string;
   /** Index of the instance that should serve `request`. */
   choose(request: Request, view: RouterView, random: RandomStream): number;
+}
+
+/** One numeric parameter of a built-in policy: its bounds, default and meaning. */
+export interface PolicyParameter {
+  /** What it does, for help text and docs. */
+  readonly doc: string;
+  /** The shipped default. */
+  readonly default: number;
+  /** Smallest accepted value (inclusive unless `exclusiveMin`). */
+  readonly min: number;
+  /** Whether `min` itself is refused. @default false */
+  readonly exclusiveMin?: boolean;
+  /** Largest accepted value, inclusive. @default Infinity */
+  readonly max?: number;
+  /** Whether the value must be whole. @default false */
+  readonly integer?: boolean;
+  /** Its name in labels, e.g. `thr` in `hybrid(thr=1)`. @default the parameter's own name */
+  readonly short?: string;
+  /** Whether labels show it even at its default (the parameter a study varies). @default false */
+  readonly alwaysLabelled?: boolean;
+}
+
+/**
+ * What a policy reads from the {@linkcode RouterView} beyond queue counts,
+ * so that instances report it (and nothing else) to the router.
+ */
+export interface PolicyReads {
+  /** Block-level prefix matches (`matchedBlocks`, `holds`): an exact view of a batching fleet needs the instances' cache events. */
+  readonly blocks: boolean;
+  /** Pending prefill, decode blocks or KV utilisation, kept fresh step by step. */
+  readonly load: boolean;
+}
+
+/**
+ * A built-in policy, described: everything the schema, the command line,
+ * sweeps, labels, status reporting and the docs need to know about it. Each
+ * policy file exports one as `descriptor`; `mod.ts` lists them.
+ */
+export interface PolicyDescriptor<Name extends string = string> {
+  /** The name in scenarios, flags and reports. */
+  readonly name: Name;
+  /** One line: the rule, for help text and the docs' policy table. */
+  readonly summary: string;
+  /** Its parameters by name (empty when it has none). */
+  readonly params: Readonly<Record<string, PolicyParameter>>;
+  /** What it reads from the view. */
+  readonly reads: PolicyReads;
+  /** Builds the policy; `params` holds only known, in-bounds parameters (absent ones take their defaults). */
+  create(params: Readonly<Record<string, number>>): RoutingPolicy;
 }

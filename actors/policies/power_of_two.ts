@@ -3,7 +3,7 @@
  * SGLang's `power_of_two`: two distinct instances at random, the less loaded
  * of them (the router's in-flight count).
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Power of two choices; a tie between the two is broken at random. */
 export function powerOfTwo(): RoutingPolicy {
@@ -20,3 +20,12 @@ export function powerOfTwo(): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode powerOfTwo}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "power_of_two",
+  summary: "SGLang's power_of_two: two distinct random instances, the one with fewer in flight.",
+  params: {},
+  reads: { blocks: false, load: false },
+  create: () => powerOfTwo(),
+} as const satisfies PolicyDescriptor<"power_of_two">;

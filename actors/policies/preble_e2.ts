@@ -4,7 +4,7 @@
  * tokens are fewer than the matched ones, otherwise explore for the lightest
  * load.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { pickBy } from "./_pick.ts";
 
 /**
@@ -35,3 +35,13 @@ export function prebleE2(): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode prebleE2}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "preble_e2",
+  summary:
+    "Preble's E2: exploit a cached prefix when the new tokens are fewer than the matched ones, else explore for the lightest load.",
+  params: {},
+  reads: { blocks: true, load: true },
+  create: () => prebleE2(),
+} as const satisfies PolicyDescriptor<"preble_e2">;

@@ -5,7 +5,7 @@
  * least-loaded instance.
  */
 import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Always follows the longest cached prefix, whatever the queue behind it. */
 export function prefixAware(): RoutingPolicy {
@@ -17,3 +17,13 @@ export function prefixAware(): RoutingPolicy {
     },
   };
 }
+
+/** {@linkcode prefixAware}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "prefix_aware",
+  summary:
+    "The longest cached prefix match (the least loaded of equals); no match: the least loaded (the original study).",
+  params: {},
+  reads: { blocks: true, load: false },
+  create: () => prefixAware(),
+} as const satisfies PolicyDescriptor<"prefix_aware">;

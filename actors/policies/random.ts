@@ -4,9 +4,18 @@
  * independent Poisson streams, which makes it the policy for validating the
  * kernel against queueing theory.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Picks an instance uniformly at random from the router's stream. */
 export function randomChoice(): RoutingPolicy {
   return { name: "random", choose: (_request, view, random) => Math.floor(random() * view.instanceCount) };
 }
+
+/** {@linkcode randomChoice}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "random",
+  summary: "A uniformly random instance (splits a Poisson stream; the queueing-theory check).",
+  params: {},
+  reads: { blocks: false, load: false },
+  create: () => randomChoice(),
+} as const satisfies PolicyDescriptor<"random">;

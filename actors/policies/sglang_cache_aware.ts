@@ -4,7 +4,7 @@
  * load when it is badly skewed, otherwise follow the longest prefix match if
  * it covers enough of the request.
  */
-import type { RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Parameters of {@linkcode sglangCacheAware}, with SGLang's shipped defaults. */
@@ -45,3 +45,30 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
     },
   };
 }
+
+/** {@linkcode sglangCacheAware}, described for the registry (actors/policies/mod.ts). */
+export const descriptor = {
+  name: "sglang_cache_aware",
+  summary:
+    "SGLang router's cache_aware: balance when load is skewed, else the longest prefix match if it covers enough of the prompt.",
+  params: {
+    balanceAbs: {
+      doc: "absolute in-flight gap that, with balanceRel, triggers balancing",
+      default: 64,
+      min: 0,
+    },
+    balanceRel: {
+      doc: "relative in-flight ratio that, with balanceAbs, triggers balancing",
+      default: 1.5,
+      min: 1,
+    },
+    cacheThreshold: {
+      doc: "matched share of the prompt above which the best match wins",
+      default: 0.3,
+      min: 0,
+      max: 1,
+    },
+  },
+  reads: { blocks: true, load: false },
+  create: (params) => sglangCacheAware(params),
+} as const satisfies PolicyDescriptor<"sglang_cache_aware">;
