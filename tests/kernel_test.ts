@@ -2,6 +2,7 @@ import { assert, assertEquals, assertNotEquals, assertThrows } from "@std/assert
 import fc from "fast-check";
 import { type Actor, type ActorContext, Kernel } from "../actors/runtime/kernel.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { SYNCHRONIZED, VirtualClock } from "../actors/runtime/clock.ts";
 import { Recorder } from "./_recorder.ts";
 
 type Note = { readonly type: "note"; readonly label: string };
@@ -191,16 +192,58 @@ Deno.test("each actor's random stream depends only on the seed and its own name"
   assertNotEquals(draws(2, ["source"]).source, a.source);
 });
 
-Deno.test("runWithClock consults the clock before each delivery", async () => {
+Deno.test("runWithClock asks the clock before each delivery and once more at the end", async () => {
   const kernel = new Kernel();
   const sink = new Recorder<Note>();
   const ref = kernel.spawn("sink", sink);
   kernel.send(ref, note("a"), 2);
   kernel.send(ref, note("b"), 4);
   const asked: number[] = [];
-  await kernel.runWithClock({ waitUntil: (t) => Promise.resolve(void asked.push(t)) });
-  assertEquals(asked, [2, 4]);
-  assertEquals(sink.received.length, 2);
+  const synced: [number, number][] = [];
+  let waited = false;
+  await kernel.runWithClock({
+    synchronize(t) {
+      asked.push(t);
+      // The first time it is asked about 4, the clock makes the kernel wait.
+      if (t === 4 && !waited) return Promise.resolve(void (waited = true));
+      return { lagMs: t / 2 };
+    },
+  }, { onSync: (status, t) => synced.push([t, status.lagMs]) });
+  assertEquals(asked, [2, 4, 4, Infinity]);
+  assertEquals(synced, [[2, 1], [4, 2]]);
+  assertEquals(sink.received.map((r) => r.timeMs), [2, 4]);
+});
+
+Deno.test("runWithClock reads the queue again after a wait: a message added meanwhile goes first", async () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  kernel.send(ref, note("late"), 10);
+  let added = false;
+  await kernel.runWithClock({
+    synchronize(t) {
+      if (added) return SYNCHRONIZED;
+      added = true;
+      // Work outside the kernel (a Worker's answer) adds an earlier message while the clock waits.
+      return Promise.resolve().then(() => void kernel.send(ref, note("early"), 3));
+    },
+  }, { untilMs: 20 });
+  assertEquals(sink.received.map((r) => r.message.label), ["early", "late"]);
+});
+
+Deno.test("runWithClock with the virtual clock delivers as run() does", async () => {
+  const build = () => {
+    const kernel = new Kernel({ seed: 3 });
+    const sink = new Recorder<Note>();
+    const ref = kernel.spawn("sink", sink);
+    for (const t of [5, 1, 3, 3, 8]) kernel.send(ref, note(`t${t}`), t);
+    return { kernel, sink };
+  };
+  const a = build(), b = build();
+  a.kernel.run({ untilMs: 5 });
+  await b.kernel.runWithClock(new VirtualClock(), { untilMs: 5 });
+  assertEquals(b.sink.received, a.sink.received);
+  assertEquals(b.kernel.nowMs, a.kernel.nowMs);
 });
 
 Deno.test("kernel: a cancelled message does not move the clock", () => {

@@ -4,7 +4,7 @@
  * in one total order, `(timeMs, seq)`. Actors see the world only through the
  * {@linkcode ActorContext} it hands them.
  */
-import type { Clock } from "./clock.ts";
+import type { Clock, SyncStatus } from "./clock.ts";
 import { EventQueue } from "./event_queue.ts";
 import { createRandomStream, type RandomStream } from "./random_stream.ts";
 import { SimulationError } from "./simulation_error.ts";
@@ -152,7 +152,6 @@ export class Kernel {
   #seq = 0;
   #now = 0;
   #delivered = 0;
-  #deliveringSeq = -1;
 
   constructor(options: KernelOptions = {}) {
     this.#seed = options.seed ?? 0;
@@ -169,9 +168,15 @@ export class Kernel {
     return this.#delivered;
   }
 
-  /** Id of the message being delivered (as returned by `send`), or of the last one. */
-  get deliveringSeq(): number {
-    return this.#deliveringSeq;
+  /**
+   * The context an actor acts through. A stand-in for an actor that lives
+   * elsewhere (a Worker's proxy) uses it to send and schedule on that actor's
+   * behalf when its answers come back.
+   */
+  context<M extends Message>(ref: ActorRef<M>): ActorContext<M> {
+    const context = this.#contexts[ref];
+    if (context === undefined) throw new SimulationError("unknown_actor", `no actor has address ${ref}`);
+    return context as unknown as ActorContext<M>;
   }
 
   /** Messages and timers waiting to be delivered. */
@@ -289,7 +294,6 @@ export class Kernel {
         if (cancelled.size !== 0 && cancelled.delete(seq)) continue;
         const to = this.#takenTo, message = this.#takenMessage!;
         this.#now = this.#takenTimeMs;
-        this.#deliveringSeq = seq;
         this.#delivered++;
         if (this.#onDeliver !== undefined) this.#onDeliver(message, to, this.#now);
         handling = true;
@@ -303,14 +307,28 @@ export class Kernel {
   }
 
   /**
-   * Like {@linkcode Kernel.run}, but lets `clock` decide when each message may
-   * be delivered; a wall clock sleeps until the deadline.
+   * Like {@linkcode Kernel.run}, but asks `clock` before every delivery
+   * ({@linkcode Clock.synchronize}): a wall clock sleeps until the deadline,
+   * and may hold the run while work outside the kernel (an actor in a
+   * Worker) is still answering. The queue is read again after every wait.
+   * `onSync` sees each delivery's status (how late it is). Resolves when
+   * the clock answers `Infinity` (nothing due by `untilMs`) with a status.
    */
-  async runWithClock(clock: Clock, options: RunOptions = {}): Promise<void> {
+  async runWithClock(
+    clock: Clock,
+    options: RunOptions & { readonly onSync?: (status: SyncStatus, timeMs: number) => void } = {},
+  ): Promise<void> {
     const untilMs = options.untilMs ?? Infinity;
-    for (let next = this.nextTimeMs(); this.pendingCount > 0 && next <= untilMs; next = this.nextTimeMs()) {
-      const wait = clock.waitUntil(next);
-      if (wait !== undefined) await wait;
+    for (;;) {
+      const next = this.nextTimeMs();
+      const due = next <= untilMs ? next : Infinity;
+      const status = clock.synchronize(due);
+      if (status instanceof Promise) {
+        await status;
+        continue;
+      }
+      if (due === Infinity) return;
+      options.onSync?.(status, due);
       this.step();
     }
   }

@@ -4,7 +4,10 @@
  * simulated ms per wall ms. The world's time source is injected, so nothing
  * under `actors/` reads the wall clock itself.
  */
-import type { Clock } from "./clock.ts";
+import { type Clock, SYNCHRONIZED, type SyncStatus } from "./clock.ts";
+
+/** The longest single sleep (a host timer's limit is about 24.8 days). */
+const MAX_WAIT_MS = 2 ** 31 - 1;
 
 /** A source of wall time, supplied by the program that runs the simulation. */
 export interface WallTime {
@@ -55,10 +58,15 @@ export class WallClock implements Clock {
     return this.#startWallMs + timeMs / this.speed - this.#time.now();
   }
 
-  /** Sleeps until simulated `timeMs` is due; returns at once if it is. */
-  waitUntil(timeMs: number): void | Promise<void> {
+  /**
+   * Sleeps until simulated `timeMs` is due; once it is, says how late the
+   * wall is (its lag, in wall ms). `Infinity` is never waited for.
+   */
+  synchronize(timeMs: number): SyncStatus | Promise<void> {
+    if (timeMs === Infinity) return SYNCHRONIZED;
     const wait = this.wallMsUntil(timeMs);
-    return wait > 0 ? this.#time.sleep(wait) : undefined;
+    if (wait > 0) return this.#time.sleep(Math.min(wait, MAX_WAIT_MS));
+    return wait === 0 ? SYNCHRONIZED : { lagMs: -wait };
   }
 
   /** Sleeps `ms` of wall time, or until `signal` aborts. */

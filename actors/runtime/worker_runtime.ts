@@ -18,6 +18,7 @@ import {
 } from "./kernel.ts";
 import { SimulationError, type SimulationErrorKind } from "./simulation_error.ts";
 import type { WallClock, WallTime } from "./wall_clock.ts";
+import { type Clock, SYNCHRONIZED, type SyncStatus } from "./clock.ts";
 
 /** Main → Worker. `actor` is the actor's index among those its Worker hosts. */
 export type HostCommand =
@@ -138,6 +139,9 @@ export interface LagStats {
 /** Longest single wait, wall ms: a host timer overflows past 2^31 ms, and a short poll costs nothing. */
 const MAX_SLEEP_MS = 1000;
 
+/** Deliveries in a row before the run yields to the event loop. */
+const DELIVERIES_PER_TURN = 256;
+
 interface PendingDelivery {
   readonly proxy: RemoteProxy;
   readonly message: Message;
@@ -162,9 +166,13 @@ class HostWorker {
 
 /** The kernel's stand-in for an actor in a Worker. */
 class RemoteProxy implements Actor<Message> {
-  /** The Worker's timer ids → kernel message ids, and back; entries leave when the timer fires or is cancelled. */
-  readonly timers = new Map<number, TimerId>();
-  readonly timerOfSeq = new Map<number, number>();
+  /**
+   * The Worker's timer ids → the kernel's timer and the message it carries,
+   * and back (each scheduled message is a fresh object); entries leave when
+   * the timer fires or is cancelled.
+   */
+  readonly timers = new Map<number, { readonly id: TimerId; readonly message: Message }>();
+  readonly timerOfMessage = new Map<Message, number>();
   ref = -1;
   state: "spawning" | "building" | "ready" = "spawning";
   buildStartedWallMs = 0;
@@ -179,10 +187,9 @@ class RemoteProxy implements Actor<Message> {
     readonly timeoutMs: number,
   ) {}
   handle(message: Message, ctx: ActorContext<Message>): void {
-    const seq = this.runtime.kernel.deliveringSeq;
-    const timer = this.timerOfSeq.get(seq);
+    const timer = this.timerOfMessage.get(message);
     if (timer !== undefined) {
-      this.timerOfSeq.delete(seq);
+      this.timerOfMessage.delete(message);
       this.timers.delete(timer);
     }
     const timeMs = ctx.now();
@@ -220,7 +227,6 @@ export class WorkerRuntime {
   readonly #proxyOf = new Map<number, RemoteProxy>();
   readonly #lags: number[] = [];
   #spawning = 0;
-  #clock: WallClock | undefined;
   #failure: Error | undefined;
   #wake: (() => void) | undefined;
   #restamped = 0;
@@ -326,48 +332,49 @@ export class WorkerRuntime {
    * @throws {SimulationError} when an actor fails, times out or its Worker crashes.
    */
   async run(clock: WallClock, options: RealtimeRunOptions = {}): Promise<void> {
-    this.#clock = clock;
-    const untilMs = options.untilMs ?? Infinity;
-    const kernel = this.kernel;
     const onAbort = () => this.#fail(new DOMException("interrupted", "AbortError"));
     options.signal?.addEventListener("abort", onAbort);
     if (options.signal?.aborted) onAbort();
     try {
-      for (;;) {
-        if (this.#failure) throw this.#failure;
-        const deadline = this.#checkTimeouts();
-        if (this.#failure) continue;
-        const next = kernel.nextTimeMs();
-        // Lock-step: while a Worker handles a message, it may still send or
-        // cancel something that the virtual kernel would deliver (or drop)
-        // before the next queued message — even at the same instant. So the
-        // next delivery waits for its answer. Order and stamps stay exactly
-        // the virtual kernel's; a slow Worker shows up as lag, not as changed
-        // results.
-        if (deadline !== undefined) {
-          await this.#sleepOrWake(deadline - this.wallNowMs());
-          continue;
-        }
-        if (next === Infinity || next > untilMs) break;
-        const wait = clock.wallMsUntil(next);
-        if (wait > 0) {
-          await this.#sleepOrWake(wait);
-          continue;
-        }
-        const simNow = clock.simNowMs();
-        let delivered = 0;
-        while (delivered < 256) {
-          const due = kernel.nextTimeMs();
-          if (due > simNow || due > untilMs || this.#awaitingReply()) break;
-          this.#lags.push(Math.max(0, (simNow - due) / clock.speed));
-          kernel.step();
-          delivered++;
-        }
-        if (delivered === 256) await this.#sleepOrWake(0);
-      }
+      await this.kernel.runWithClock(this.#lockStep(clock), {
+        untilMs: options.untilMs,
+        onSync: (status) => this.#lags.push(status.lagMs),
+      });
     } finally {
       options.signal?.removeEventListener("abort", onAbort);
     }
+  }
+
+  /**
+   * The kernel's clock in real time: the wall clock, in lock-step with the
+   * Workers. While a Worker handles a message, it may still send or cancel
+   * something that the virtual kernel would deliver (or drop) before the
+   * next queued message — even at the same instant. So no delivery is due
+   * until every Worker has answered; the kernel then reads its queue again.
+   * Order and stamps stay exactly the virtual kernel's; a slow Worker shows
+   * up as lag, not as changed results. A failure (an actor's, a timeout, an
+   * abort) ends the run by throwing from here.
+   */
+  #lockStep(clock: WallClock): Clock {
+    let burst = 0;
+    return {
+      synchronize: (timeMs: number): SyncStatus | Promise<void> => {
+        if (this.#failure) throw this.#failure;
+        const deadline = this.#checkTimeouts();
+        if (this.#failure) throw this.#failure;
+        if (deadline !== undefined) return this.#sleepOrWake(deadline - this.wallNowMs());
+        if (timeMs === Infinity) return SYNCHRONIZED;
+        // Let the event loop breathe (replies, timers, signals) every so often.
+        if (burst === DELIVERIES_PER_TURN) {
+          burst = 0;
+          return this.#sleepOrWake(0);
+        }
+        const wait = clock.wallMsUntil(timeMs);
+        if (wait > 0) return this.#sleepOrWake(wait);
+        burst++;
+        return { lagMs: -wait };
+      },
+    };
   }
 
   /** Lag figures of the run so far, or of its last `recent` deliveries. */
@@ -472,6 +479,7 @@ export class WorkerRuntime {
   #apply(delivery: PendingDelivery, outbox: readonly Outgoing[]): void {
     const kernel = this.kernel;
     const proxy = delivery.proxy;
+    const ctx = kernel.context(proxy.ref);
     const fail = (detail: string) =>
       this.#fail(
         new SimulationError("actor_threw", detail, {
@@ -486,10 +494,10 @@ export class WorkerRuntime {
     try {
       for (const out of outbox) {
         if (out.op === "cancel") {
-          const id = proxy.timers.get(out.timer);
-          if (id !== undefined) {
-            kernel.cancel(id);
-            proxy.timerOfSeq.delete(id);
+          const timer = proxy.timers.get(out.timer);
+          if (timer !== undefined) {
+            ctx.cancel(timer.id);
+            proxy.timerOfMessage.delete(timer.message);
           }
           proxy.timers.delete(out.timer);
           continue;
@@ -501,11 +509,11 @@ export class WorkerRuntime {
           if (late > this.#maxRestampMs) this.#maxRestampMs = late;
         }
         const delayMs = Math.max(0, -late);
-        if (out.op === "send") kernel.enqueue(out.to, out.message, delayMs, proxy.ref);
+        if (out.op === "send") ctx.send(out.to as ActorRef<Message>, out.message, delayMs);
         else {
-          const id = kernel.enqueue(proxy.ref, out.message, delayMs, proxy.ref) as TimerId;
-          proxy.timers.set(out.timer, id);
-          proxy.timerOfSeq.set(id, out.timer);
+          const message = { ...out.message };
+          proxy.timers.set(out.timer, { id: ctx.schedule(delayMs, message), message });
+          proxy.timerOfMessage.set(message, out.timer);
         }
       }
     } catch (error) {
