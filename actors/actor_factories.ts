@@ -1,27 +1,17 @@
 /**
  * @module
- * Builds each actor of the model from plain, structured-cloneable arguments,
- * so a Worker can construct it from a message. The virtual and the real-time
- * runs use the same actor classes; only where they are built differs.
+ * The factories a Worker builds the run's actors with, from plain,
+ * structured-cloneable arguments (actors/model_worker.ts serves them). Each
+ * is the topology's builder (actors/topology.ts), so the virtual and the
+ * real-time run build the same actors the same way; only the router's
+ * differs, in loading a plugin in its own Worker.
  */
-import { MetricsCollector } from "./metrics_collector.ts";
 import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
-import type { MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
-import { Router } from "./router.ts";
+import type { ServeCommand } from "./protocol.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
 import type { DescribedActor } from "./runtime/worker_host.ts";
-import type { BatchingInstance } from "./batching_instance.ts";
-import type { ServingInstance } from "./serving_instance.ts";
-import {
-  createServingInstance,
-  createWorkloadSource,
-  routerOptions,
-  type SimulationConfig,
-  statusReporting,
-} from "./simulation.ts";
-import type { TraceSource } from "./trace_source.ts";
-import type { WorkloadSource } from "./workload_source.ts";
+import { buildInstance, buildMetrics, buildRouter, buildSource, type SimulationConfig } from "./topology.ts";
 
 /**
  * The router for `config`, with its built-in policy or, when `pluginUrl` is
@@ -34,28 +24,14 @@ export async function createRouter(
   pluginUrl?: string,
 ): Promise<DescribedActor> {
   const policy = pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(config.policy);
-  return { actor: new Router(instances, policy, routerOptions(config)), about: policy.name };
+  return { actor: buildRouter(instances, config, policy), about: policy.name };
 }
 
-/** One serving instance of the configured model, reporting as `config.router` says. */
-export function createInstance(
-  index: number,
-  config: SimulationConfig,
-  metrics: ActorRef<MetricsCommand>,
-  pluginPolicy: boolean,
-): ServingInstance | BatchingInstance {
-  return createServingInstance(index, config.instances, metrics, statusReporting(config, pluginPolicy));
-}
+/** One serving instance of the configured model (`pluginPolicy`: the router runs a plugin). */
+export const createInstance = buildInstance;
 
 /** The workload source: synthetic, or a trace replay. */
-export function createSource(
-  options: SimulationConfig["workload"],
-  router: ActorRef<RouteCommand>,
-): WorkloadSource | TraceSource {
-  return createWorkloadSource(options, router);
-}
+export const createSource = buildSource;
 
 /** The metrics collector. */
-export function createMetrics(instanceCount: number): MetricsCollector {
-  return new MetricsCollector(instanceCount);
-}
+export const createMetrics = buildMetrics;

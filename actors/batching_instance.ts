@@ -9,17 +9,19 @@
  */
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
+import { InstanceActor, type InstanceModel } from "./instance_model.ts";
 import {
   assertNever,
   type BatchingCommand,
+  type DropReason,
   type InstanceStatus,
   type MetricsCommand,
   type Request,
   type ServeCommand,
 } from "./protocol.ts";
-import type { Actor, ActorContext, ActorRef, TimerId } from "./runtime/kernel.ts";
+import type { ActorContext, ActorRef, TimerId } from "./runtime/kernel.ts";
 import { EVENT_DRIVEN } from "./serving_instance.ts";
-import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+import type { StatusReportingOptions } from "./status_reporter.ts";
 
 /** Options for {@linkcode BatchingInstance}. */
 export interface BatchingInstanceOptions {
@@ -45,7 +47,10 @@ export interface BatchingInstanceOptions {
   readonly maxQueue: number;
 }
 
-const STEP_DONE: BatchingCommand = Object.freeze({ type: "step_done" });
+/** The batching model's own timer. */
+type StepDone = { readonly type: "step_done" };
+
+const STEP_DONE: StepDone = Object.freeze({ type: "step_done" });
 
 /** One admitted request. */
 interface Sequence {
@@ -107,21 +112,17 @@ interface Stretch {
  * finished request to the metrics collector, and its running totals
  * (`instance_stats`) whenever it goes idle.
  */
-export class BatchingInstance implements Actor<BatchingCommand> {
-  readonly index: number;
+export class BatchingInstance extends InstanceActor<StepDone> {
   readonly cache: KvBlockCache;
   readonly #options: BatchingInstanceOptions;
-  readonly #metrics: ActorRef<MetricsCommand>;
   #waiting: Sequence[] = [];
   #waitingHead = 0;
   readonly #running: Sequence[] = [];
   #stepping = false;
   #replyTo: ActorRef<InstanceStatus> | undefined;
   readonly #groupOfFirstKey = new Map<number, number>();
-  readonly #reporter: StatusReporter;
   /** What the last report said: waiting, running, finished, prefilling, then the load signals. */
   readonly #lastReported = new Float64Array(7).fill(NaN);
-  #finished = 0;
   #waitingPromptTokens = 0;
   #busyMs = 0;
   #preemptions = 0;
@@ -142,12 +143,11 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     metrics: ActorRef<MetricsCommand>,
     reporting: StatusReportingOptions = EVENT_DRIVEN,
   ) {
-    this.index = index;
+    super(index, metrics, reporting);
     this.#options = options;
-    this.#metrics = metrics;
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
     this.#phase = new Int32Array(options.blockTokens);
-    const reporter = this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
+    const reporter = this.reporter;
     const wantsBlocks = reporter.wantsBlockEvents;
     this.cache.onRunChange = (key, cached) => {
       if (wantsBlocks) reporter.runChanged(key, cached);
@@ -195,60 +195,46 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     return this.#running.length;
   }
 
-  handle(message: BatchingCommand, ctx: ActorContext<BatchingCommand>): void {
-    switch (message.type) {
-      case "serve":
-        this.#accept(message, ctx);
-        break;
-      case "step_done":
-        this.#stepDone(ctx);
-        break;
-      case "report_tick": // periodic reports: no stretches (see the constructor)
-        this.#reporter.tick(ctx);
-        break;
-      default:
-        assertNever(message);
-    }
+  protected onOwn(message: StepDone, ctx: ActorContext<BatchingCommand>): void {
+    if (message.type === "step_done") this.#stepDone(ctx);
+    else assertNever(message.type);
   }
 
-  #accept(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
+  /** A stretch in progress ends before anything new happens here. */
+  protected override arriving(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     this.#replyTo = command.replyTo;
-    const { request } = command;
+  }
+
+  /** `too_long` when prompt and output could never fit in KV; `queue_full` when the admission queue is. */
+  protected refusal(request: Request): DropReason | undefined {
     const options = this.#options;
     const prompt = request.prefixTokens + request.suffixTokens;
-    const drop = (reason: "queue_full" | "too_long") => {
-      ctx.send(this.#metrics, {
-        type: "dropped",
-        requestId: request.id,
-        instance: this.index,
-        timeMs: ctx.now(),
-        reason,
-      });
-      this.#finished++; // so the router's in-flight count lets go of it
-      this.#report(ctx, true);
-    };
     if (Math.ceil((prompt + Math.max(1, request.outputTokens)) / options.blockTokens) > options.kvBlocks) {
-      drop("too_long");
-      return;
+      return "too_long";
     }
-    if (this.waiting >= options.maxQueue) {
-      drop("queue_full");
-      return;
-    }
+    return this.waiting >= options.maxQueue ? "queue_full" : undefined;
+  }
+
+  protected admit(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
+    const { request } = command;
     const seq = this.#sequence(command);
     this.#waiting.push(seq);
     this.#waitingPromptTokens += seq.target;
     // Advertise the request's group at once, as the FIFO model does: by the
     // time later requests run, this one will have computed it.
-    if (request.prefixGroup >= 0 && options.prefixCaching && seq.keyedBlocks > 0) {
+    if (request.prefixGroup >= 0 && this.#options.prefixCaching && seq.keyedBlocks > 0) {
       const first = seq.blockKeys.runKey(0);
       if (!this.#groupOfFirstKey.has(first)) {
         this.#groupOfFirstKey.set(first, request.prefixGroup);
-        this.#reporter.groupAdded(request.prefixGroup);
+        this.reporter.groupAdded(request.prefixGroup);
       }
     }
     if (!this.#stepping) this.#startStep(ctx);
+  }
+
+  /** Always reports after a `serve` (periodic reports keep their rhythm: no stretches then, see the constructor). */
+  protected override reportServed(_command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
     this.#report(ctx, true);
   }
 
@@ -317,7 +303,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     if (prefillTokens === 0 && decoding === 0) {
       this.#stepping = false;
       this.#account(ctx.now());
-      ctx.send(this.#metrics, {
+      ctx.send(this.metrics, {
         type: "instance_stats",
         instance: this.index,
         kvBlockMs: this.#kvBlockMs,
@@ -366,7 +352,7 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       // Evictions allowed: none when the router hears of every block; else up
       // to the first that would empty a group's first run (a reported event).
       const room = free + cache.evictable;
-      const evictions = this.#reporter.wantsBlockEvents
+      const evictions = this.reporter.wantsBlockEvents
         ? 0
         : cache.evictionsKeeping(Math.min(room, allocations) - free, this.#groupOfFirstKey);
       let total = 0;
@@ -556,24 +542,20 @@ export class BatchingInstance implements Actor<BatchingCommand> {
   #finish(seq: Sequence, now: number, ctx: ActorContext<BatchingCommand>): void {
     this.#account(now);
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
-    this.#finished++;
     const { request } = seq;
-    ctx.send(this.#metrics, {
-      type: "completed",
-      record: {
-        requestId: request.id,
-        instance: this.index,
-        arrivalMs: request.arrivalMs,
-        startMs: seq.startMs,
-        firstTokenMs: seq.firstTokenMs,
-        endMs: now + this.#options.requestOverheadMs,
-        promptTokens: request.prefixTokens + request.suffixTokens,
-        cachedTokens: seq.cachedTokens,
-        outputTokens: Math.max(1, request.outputTokens),
-        preemptions: seq.preemptions,
-        routing: seq.command.routing,
-      },
-    });
+    this.complete({
+      requestId: request.id,
+      instance: this.index,
+      arrivalMs: request.arrivalMs,
+      startMs: seq.startMs,
+      firstTokenMs: seq.firstTokenMs,
+      endMs: now + this.#options.requestOverheadMs,
+      promptTokens: request.prefixTokens + request.suffixTokens,
+      cachedTokens: seq.cachedTokens,
+      outputTokens: Math.max(1, request.outputTokens),
+      preemptions: seq.preemptions,
+      routing: seq.command.routing,
+    }, ctx);
   }
 
   /** Integrates KV blocks in use up to `now`. */
@@ -589,27 +571,27 @@ export class BatchingInstance implements Actor<BatchingCommand> {
     // On change, a prefill finishing is news too (hybrid gates on `queued`); a
     // periodic scrape keeps its own rhythm, paced by the counts as before.
     const last = this.#lastReported;
-    const prefilling = this.#eventDriven || this.#reporter.wantsLoadSignals ? this.#prefilling : 0;
-    let same = last[0] === this.waiting && last[1] === this.#running.length && last[2] === this.#finished &&
+    const prefilling = this.#eventDriven || this.reporter.wantsLoadSignals ? this.#prefilling : 0;
+    let same = last[0] === this.waiting && last[1] === this.#running.length && last[2] === this.finished &&
       last[3] === prefilling;
     // Policies that read load signals get a report whenever those change (every step, in practice).
-    if (this.#reporter.wantsLoadSignals) {
-      const c = this.#counts();
+    if (this.reporter.wantsLoadSignals) {
+      const c = this.status();
       same &&= last[4] === c.pendingPrefillTokens && last[5] === c.decodeBlocks &&
         last[6] === c.kvUtilization;
       last[4] = c.pendingPrefillTokens;
       last[5] = c.decodeBlocks;
       last[6] = c.kvUtilization;
     }
-    if (!always && same && !this.#reporter.hasEvents) return;
+    if (!always && same && !this.reporter.hasEvents) return;
     last[0] = this.waiting;
     last[1] = this.#running.length;
-    last[2] = this.#finished;
+    last[2] = this.finished;
     last[3] = prefilling;
-    this.#reporter.changed(ctx, replyTo);
+    this.reporter.changed(ctx, replyTo);
   }
 
-  #counts(): InstanceStatus {
+  protected status(): InstanceStatus {
     let prefill = this.#waitingPromptTokens, decodeBlocks = 0;
     for (const seq of this.#running) {
       if (seq.computed < seq.target) prefill += seq.target - seq.computed;
@@ -621,10 +603,20 @@ export class BatchingInstance implements Actor<BatchingCommand> {
       waiting: this.waiting,
       running: this.#running.length,
       queued: this.waiting + this.#prefilling,
-      finished: this.#finished,
+      finished: this.finished,
       pendingPrefillTokens: prefill,
       decodeBlocks,
       kvUtilization: this.cache.held / this.cache.capacity,
     };
   }
 }
+
+/** The continuous-batching model, described for the registry (actors/instance_models.ts). */
+export const model: InstanceModel<"batching"> = {
+  name: "batching",
+  summary: "vLLM-like continuous batching: engine steps, KV blocks with prefix caching, preemption",
+  cacheUnit: "blocks",
+  cacheCapacity: (config) => config.engine.kvBlocks,
+  create: (index, config, metrics, reporting) =>
+    new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics, reporting),
+};

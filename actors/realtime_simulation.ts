@@ -5,13 +5,27 @@
  * router (and its plugin, if any) has a Worker of its own, and a wall clock
  * paces the central kernel at `speed` simulated ms per wall ms.
  */
-import { droppedFraction, MetricsCollector } from "./metrics_collector.ts";
-import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand } from "./protocol.ts";
-import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
-import { SimulationError } from "./runtime/simulation_error.ts";
+import type * as Factories from "./actor_factories.ts";
+import { droppedFraction, type MetricsCollector } from "./metrics_collector.ts";
+import type { AnyMessage, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
+import type { DeliveryTap, Message } from "./runtime/kernel.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
-import { type LagStats, NO_PERMISSIONS, type Outgoing, WorkerRuntime } from "./runtime/worker_runtime.ts";
-import type { RunResult, SimulationConfig } from "./simulation.ts";
+import {
+  type LagStats,
+  NO_PERMISSIONS,
+  type Outgoing,
+  type RemoteActorSpec,
+  WorkerRuntime,
+} from "./runtime/worker_runtime.ts";
+import type { RunResult } from "./simulation.ts";
+import {
+  buildMetrics,
+  checkConservation,
+  pendingRequests,
+  type Placement,
+  type SimulationConfig,
+  wire,
+} from "./topology.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
 /** Our actors' directory: a plugin's Worker may read it, so a plugin may import our helpers. */
@@ -75,10 +89,9 @@ export async function simulateRealtime(
   config: SimulationConfig,
   options: RealtimeOptions,
 ): Promise<RealtimeResult> {
-  const count = config.instances.count;
   // What each instance last said it holds (waiting + running): the
   // instances' own account, independent of the metrics collector's.
-  const held = new Array<number>(count).fill(0);
+  const held = new Array<number>(config.instances.count).fill(0);
   let arrivals = 0;
   const tap: DeliveryTap = (message, to, timeMs) => {
     const m = message as AnyMessage;
@@ -94,86 +107,110 @@ export async function simulateRealtime(
     poolSize: options.poolSize,
   });
   try {
-    const collector = new MetricsCollector(count);
-    const metrics = runtime.spawnLocal<MetricsCommand>("metrics", collector);
-    const instances = Array.from(
-      { length: count },
-      (_, i) =>
-        runtime.spawnRemote<ServeCommand>(`instance/${i}`, {
-          entry: ENTRY,
-          factory: "createInstance",
-          args: [i, config, metrics, options.pluginUrl !== undefined],
-        }),
-    );
-    const plugin = options.pluginUrl;
-    const instanceRefs = new Set<number>(instances);
-    const router = runtime.spawnRemote<RouteCommand>("router", {
-      entry: ENTRY,
-      factory: "createRouter",
-      args: [instances, config, plugin],
-      ownWorker: true,
-      ...(plugin
-        ? {
-          permissions: {
-            ...NO_PERMISSIONS,
-            read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
-          },
-          label: `plugin ${plugin.split("/").pop()}`,
-          timeoutMs: options.pluginTimeoutMs ?? 5000,
-          timeoutKind: "plugin_timeout",
-          describe: describeRouted,
-          // A router sends only "serve" commands to instances, never later than now.
-          mayEmit: (out: Outgoing) =>
-            out?.op === "send" && instanceRefs.has(out.to) && out.message?.type === "serve" &&
-            out.delayMs === 0,
-        }
-        : {}),
-    });
-    const trace = config.workload.trace;
-    const source = runtime.spawnRemote("source", {
-      entry: ENTRY,
-      factory: "createSource",
-      args: [config.workload, router],
-      // A trace replay may read its trace file, nothing else (a generated trace reads nothing).
-      permissions: trace?.path !== undefined ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
-    }) as ActorRef<{ type: "start" }>;
+    const collector = buildMetrics(config.instances.count);
+    const run = wire(config, placeInWorkers(runtime, config, collector, options));
     await runtime.start();
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
-    const clock = new WallClock(options.wallTime, options.speed);
-    runtime.kernel.send(source, { type: "start" });
-    await runtime.run(clock, { signal: options.signal, untilMs: config.untilMs });
+    runtime.kernel.send(run.source, { type: "start" });
+    await runtime.run(new WallClock(options.wallTime, options.speed), {
+      signal: options.signal,
+      untilMs: config.untilMs,
+    });
 
     const summary = collector.summary();
-    let pending = 0;
-    runtime.kernel.forEachPending((message, _to, timeMs) => {
-      const m = message as AnyMessage;
-      if ((m.type === "route" && timeMs <= runtime.kernel.nowMs) || m.type === "serve") pending++;
-    });
-    const dropped = summary.dropped;
-    const inFlight = held.reduce((a, b) => a + b, 0) + pending;
-    const result: RealtimeResult = {
-      policy: options.policyName ?? (plugin ? runtime.aboutOf(router) : undefined) ?? config.policy.name,
+    const inFlight = held.reduce((a, b) => a + b, 0) + pendingRequests(runtime.kernel).inFlight;
+    checkConservation(
+      { arrivals, completed: summary.completed, dropped: summary.dropped, inFlight },
+      runtime.kernel.nowMs,
+    );
+    return {
+      policy: options.policyName ?? (options.pluginUrl ? runtime.aboutOf(run.router) : undefined) ??
+        config.policy.name,
       skippedInvalid: 0,
       requests: arrivals,
       inFlight,
       ...summary,
-      droppedFraction: droppedFraction(dropped, arrivals),
+      droppedFraction: droppedFraction(summary.dropped, arrivals),
       simulatedMs: runtime.kernel.nowMs,
       messages: runtime.kernel.messagesDelivered,
       lag: runtime.lagStats(),
       speed: options.speed,
     };
-    if (summary.completed + dropped + inFlight !== arrivals) {
-      throw new SimulationError(
-        "invariant_broken",
-        `requests not conserved: completed ${summary.completed} + dropped ${dropped} + in flight ${inFlight} != arrivals ${arrivals}`,
-        { timeMs: runtime.kernel.nowMs },
-      );
-    }
-    return result;
   } finally {
     runtime.terminate();
   }
+}
+
+/** A factory of actors/actor_factories.ts, by name. */
+type FactoryName = keyof typeof Factories;
+
+/** The spec of an actor a Worker builds with `factory(...args)`: the name and the arguments are type-checked. */
+function remote<K extends FactoryName>(
+  factory: K,
+  args: Parameters<typeof Factories[K]>,
+): Pick<RemoteActorSpec, "entry" | "factory" | "args"> {
+  return { entry: ENTRY, factory, args };
+}
+
+/**
+ * The real-time placement: the metrics collector in this thread, the
+ * instances and the source in the pool's Workers, the router (and its
+ * plugin, if any) in a Worker of its own.
+ */
+function placeInWorkers(
+  runtime: WorkerRuntime,
+  config: SimulationConfig,
+  collector: MetricsCollector,
+  options: RealtimeOptions,
+): Placement {
+  const plugin = options.pluginUrl;
+  const instanceRefs = new Set<number>();
+  return {
+    metrics: (name) => runtime.spawnLocal(name, collector),
+    instance: (name, index, metrics) => {
+      const ref = runtime.spawnRemote<ServeCommand>(
+        name,
+        remote("createInstance", [index, config, metrics, plugin !== undefined]),
+      );
+      instanceRefs.add(ref);
+      return ref;
+    },
+    router: (name, instances) =>
+      runtime.spawnRemote<RouteCommand>(name, {
+        ...remote("createRouter", [instances, config, plugin]),
+        ownWorker: true,
+        ...(plugin ? pluginSandbox(plugin, instanceRefs, options) : {}),
+      }),
+    source: (name, router) => {
+      const trace = config.workload.trace;
+      return runtime.spawnRemote<SourceCommand>(name, {
+        ...remote("createSource", [config.workload, router]),
+        // A trace replay may read its trace file, nothing else (a generated trace reads nothing).
+        permissions: trace?.path !== undefined ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
+      });
+    },
+  };
+}
+
+/** The router's Worker when it runs a plugin: what it may read, its time budget, and what it may send. */
+function pluginSandbox(
+  plugin: string,
+  instanceRefs: ReadonlySet<number>,
+  options: RealtimeOptions,
+): Partial<RemoteActorSpec> {
+  return {
+    permissions: {
+      ...NO_PERMISSIONS,
+      read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
+    },
+    label: `plugin ${plugin.split("/").pop()}`,
+    timeoutMs: options.pluginTimeoutMs ?? 5000,
+    timeoutKind: "plugin_timeout",
+    describe: describeRouted,
+    // A router sends only "serve" commands to instances, never later than now.
+    mayEmit: (out: Outgoing) =>
+      out?.op === "send" && instanceRefs.has(out.to) && out.message?.type === "serve" && out.delayMs === 0,
+  };
 }
 
 /** Names a message to the router in a timeout error: the request a `route` carries. */

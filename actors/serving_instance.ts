@@ -7,16 +7,18 @@
 import { Queue } from "mnemonist";
 import { sampleExponential } from "./distributions.ts";
 import { NO_EVICTION, PrefixCache } from "./prefix_cache.ts";
+import { InstanceActor, type InstanceModel } from "./instance_model.ts";
 import {
   assertNever,
+  type DropReason,
   type InstanceCommand,
   type InstanceStatus,
   type MetricsCommand,
   type Request,
   type ServeCommand,
 } from "./protocol.ts";
-import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
-import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+import type { ActorContext, ActorRef } from "./runtime/kernel.ts";
+import type { StatusReportingOptions } from "./status_reporter.ts";
 
 /** Status on every change, no delay, no block events: the router sees the instance exactly. */
 export const EVENT_DRIVEN: StatusReportingOptions = Object.freeze({
@@ -45,19 +47,19 @@ export interface FifoInstanceOptions {
   readonly maxQueue: number;
 }
 
-const PREFILL_DONE: InstanceCommand = Object.freeze({ type: "prefill_done" });
-const DECODE_DONE: InstanceCommand = Object.freeze({ type: "decode_done" });
+/** The FIFO model's own timers. */
+type FifoTimer = Exclude<InstanceCommand, ServeCommand | { type: "report_tick" }>;
+
+const PREFILL_DONE: FifoTimer = Object.freeze({ type: "prefill_done" });
+const DECODE_DONE: FifoTimer = Object.freeze({ type: "decode_done" });
 
 /**
  * Serves requests one at a time in arrival order. It reports its state to the
  * router (`status`) whenever it accepts, and whenever it finishes a request,
  * and each finished request to the metrics collector.
  */
-export class ServingInstance implements Actor<InstanceCommand> {
-  /** This instance's index among the instances. */
-  readonly index: number;
+export class ServingInstance extends InstanceActor<FifoTimer> {
   readonly #options: FifoInstanceOptions;
-  readonly #metrics: ActorRef<MetricsCommand>;
   readonly #queue = new Queue<ServeCommand>();
   readonly cache: PrefixCache;
   #current: ServeCommand | undefined;
@@ -65,10 +67,8 @@ export class ServingInstance implements Actor<InstanceCommand> {
   #firstTokenMs = 0;
   #cachedTokens = 0;
   #busyMs = 0;
-  #finished = 0;
   #queuedPromptTokens = 0;
   #prefillTokens = 0;
-  readonly #reporter: StatusReporter;
 
   constructor(
     index: number,
@@ -76,11 +76,9 @@ export class ServingInstance implements Actor<InstanceCommand> {
     metrics: ActorRef<MetricsCommand>,
     reporting: StatusReportingOptions = EVENT_DRIVEN,
   ) {
-    this.index = index;
+    super(index, metrics, reporting);
     this.#options = options;
-    this.#metrics = metrics;
     this.cache = new PrefixCache(options.cacheCapacity);
-    this.#reporter = new StatusReporter(index, reporting, () => this.#counts());
   }
 
   /** Requests waiting, not counting the one in service. */
@@ -99,7 +97,7 @@ export class ServingInstance implements Actor<InstanceCommand> {
    * ahead of it in this FIFO queue). No side effects: the router's accounting
    * reads it.
    */
-  cachedPrefixTokens(request: Request): number {
+  cachedPrefixTokens(request: Request, _keys?: unknown, _nowMs?: number): number {
     return request.prefixGroup >= 0 && this.cache.has(request.prefixGroup) ? request.prefixTokens : 0;
   }
 
@@ -108,39 +106,33 @@ export class ServingInstance implements Actor<InstanceCommand> {
     return this.#busyMs;
   }
 
-  handle(message: InstanceCommand, ctx: ActorContext<InstanceCommand>): void {
+  /** Nothing is deferred: a stopped run needs no catching up. */
+  stopAt(_untilMs: number): number {
+    return -Infinity;
+  }
+
+  protected onOwn(message: FifoTimer, ctx: ActorContext<InstanceCommand>): void {
     switch (message.type) {
-      case "serve":
-        this.#accept(message, ctx);
-        break;
       case "prefill_done":
         this.#prefillDone(ctx);
         break;
       case "decode_done":
         this.#finish(ctx);
         break;
-      case "report_tick":
-        this.#reporter.tick(ctx);
-        break;
       default:
         assertNever(message);
     }
   }
 
-  #accept(command: ServeCommand, ctx: ActorContext<InstanceCommand>): void {
-    const reporter = this.#reporter;
-    if (this.#current !== undefined && this.#queue.size >= this.#options.maxQueue) {
-      ctx.send(this.#metrics, {
-        type: "dropped",
-        requestId: command.request.id,
-        instance: this.index,
-        timeMs: ctx.now(),
-        reason: "queue_full",
-      });
-      this.#finished++;
-      reporter.changed(ctx, command.replyTo);
-      return;
-    }
+  /** Busy with one request and the queue behind it full: `queue_full`. */
+  protected refusal(_request: Request): DropReason | undefined {
+    return this.#current !== undefined && this.#queue.size >= this.#options.maxQueue
+      ? "queue_full"
+      : undefined;
+  }
+
+  protected admit(command: ServeCommand, ctx: ActorContext<InstanceCommand>): void {
+    const reporter = this.reporter;
     const group = command.request.prefixGroup;
     if (group >= 0 && this.cache.capacity > 0) {
       if (!this.cache.has(group)) reporter.groupAdded(group);
@@ -152,7 +144,6 @@ export class ServingInstance implements Actor<InstanceCommand> {
       this.#queue.enqueue(command);
       this.#queuedPromptTokens += command.request.prefixTokens + command.request.suffixTokens;
     }
-    reporter.changed(ctx, command.replyTo);
   }
 
   /** Starts serving; re-inserts the group if it was evicted while waiting. */
@@ -164,9 +155,9 @@ export class ServingInstance implements Actor<InstanceCommand> {
       if (this.cache.hitComputed(group)) {
         cachedTokens = request.prefixTokens;
       } else if (!this.cache.has(group)) {
-        this.#reporter.groupAdded(group);
+        this.reporter.groupAdded(group);
         const evicted = this.cache.insert(group);
-        if (evicted !== NO_EVICTION) this.#reporter.groupEvicted(evicted);
+        if (evicted !== NO_EVICTION) this.reporter.groupEvicted(evicted);
       }
     }
     const options = this.#options;
@@ -196,42 +187,47 @@ export class ServingInstance implements Actor<InstanceCommand> {
     const { request, replyTo } = this.#current!;
     const now = ctx.now();
     this.#busyMs += now - this.#startMs;
-    ctx.send(this.#metrics, {
-      type: "completed",
-      record: {
-        requestId: request.id,
-        instance: this.index,
-        arrivalMs: request.arrivalMs,
-        startMs: this.#startMs,
-        firstTokenMs: this.#firstTokenMs,
-        endMs: now,
-        promptTokens: request.prefixTokens + request.suffixTokens,
-        cachedTokens: this.#cachedTokens,
-        outputTokens: request.outputTokens,
-        routing: this.#current!.routing,
-      },
-    });
+    this.complete({
+      requestId: request.id,
+      instance: this.index,
+      arrivalMs: request.arrivalMs,
+      startMs: this.#startMs,
+      firstTokenMs: this.#firstTokenMs,
+      endMs: now,
+      promptTokens: request.prefixTokens + request.suffixTokens,
+      cachedTokens: this.#cachedTokens,
+      outputTokens: request.outputTokens,
+      routing: this.#current!.routing,
+    }, ctx);
     this.#current = undefined;
-    this.#finished++;
     const next = this.#queue.dequeue();
     if (next !== undefined) {
       this.#queuedPromptTokens -= next.request.prefixTokens + next.request.suffixTokens;
       this.#start(next, ctx);
     }
-    this.#reporter.changed(ctx, replyTo);
+    this.reporter.changed(ctx, replyTo);
   }
 
-  #counts(): InstanceStatus {
+  protected status(): InstanceStatus {
     return {
       type: "status",
       instance: this.index,
       waiting: this.#queue.size,
       running: this.#current === undefined ? 0 : 1,
       queued: this.#queue.size,
-      finished: this.#finished,
+      finished: this.finished,
       pendingPrefillTokens: this.#queuedPromptTokens + this.#prefillTokens,
       decodeBlocks: 0,
       kvUtilization: 0,
     };
   }
 }
+
+/** The original study's model, described for the registry (actors/instance_models.ts). */
+export const model: InstanceModel<"fifo"> = {
+  name: "fifo",
+  summary: "one request at a time in arrival order; TTFT = wait + overhead + prefill of the uncached prompt",
+  cacheUnit: "groups",
+  cacheCapacity: (config) => config.cacheCapacity,
+  create: (index, config, metrics, reporting) => new ServingInstance(index, config, metrics, reporting),
+};

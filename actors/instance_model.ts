@@ -1,0 +1,175 @@
+/**
+ * @module
+ * The instance-model seam. Every serving instance, whatever its model, is an
+ * {@linkcode InstanceActor}: it takes `serve` commands, accepts or drops each
+ * one (dropped requests go to the metrics with a reason), reports its status
+ * to the router, and sends each finished request to the metrics. A model
+ * supplies only what differs — when it refuses a request, how it admits and
+ * serves one, and what its status says — and describes itself for the
+ * registry (`actors/instance_models.ts`) with an {@linkcode InstanceModel}.
+ */
+import type { BatchingInstanceOptions } from "./batching_instance.ts";
+import type { EnginePresetName } from "./engine_presets.ts";
+import type { BlockKeys } from "./prefix_keys.ts";
+import type {
+  CompletionRecord,
+  DropReason,
+  InstanceStatus,
+  MetricsCommand,
+  ReportTick,
+  Request,
+  ServeCommand,
+} from "./protocol.ts";
+import type { Actor, ActorContext, ActorRef, Message } from "./runtime/kernel.ts";
+import type { FifoInstanceOptions } from "./serving_instance.ts";
+import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
+
+/** The continuous-batching engine, resolved from a preset plus overrides. */
+export interface EngineConfig extends Omit<BatchingInstanceOptions, "maxQueue"> {
+  /** The preset the values started from. */
+  readonly preset: EnginePresetName;
+}
+
+/** Instance fleet: how many, which model, and each model's parameters. */
+export interface InstancesConfig extends FifoInstanceOptions {
+  /** Number of serving instances. */
+  readonly count: number;
+  /** A registered model's name (`fifo`: the original study's one-at-a-time model; `batching`: continuous batching). @default "fifo" */
+  readonly model: string;
+  /** The batching engine (used when `model` is `batching`). */
+  readonly engine: EngineConfig;
+}
+
+/** What the rest of a run sees of a serving instance, whatever its model. */
+export interface ServingActor extends Actor<ServeCommand> {
+  /** This instance's index among the instances. */
+  readonly index: number;
+  /** Requests waiting to start. */
+  readonly waiting: number;
+  /** Requests in service. */
+  readonly running: number;
+  /**
+   * Prompt tokens it would find cached for `request` at `nowMs`, for the
+   * routing accounting; changes nothing observable. `keys` are the
+   * request's block keys at this instance's block size, when the caller has
+   * them already.
+   */
+  cachedPrefixTokens(request: Request, keys?: BlockKeys, nowMs?: number): number;
+  /**
+   * Applies work it deferred (a decode stretch) up to `untilMs` when a run
+   * stops early, and returns the time of the last step so applied
+   * (`-Infinity` when none).
+   */
+  stopAt(untilMs: number): number;
+}
+
+/**
+ * An instance model, described: one file exports it as `model`; the registry
+ * lists it; the wiring builds instances through it.
+ */
+export interface InstanceModel<Name extends string = string> {
+  /** The name in scenarios (`instances.model`) and flags (`--model`). */
+  readonly name: Name;
+  /** One line, for help text and docs. */
+  readonly summary: string;
+  /**
+   * What the router's cache view counts: prefix groups (the whole shared
+   * prefix, as the original study) or KV blocks (whose exact view needs the
+   * instances' block events).
+   */
+  readonly cacheUnit: "groups" | "blocks";
+  /** What one instance can cache, in `cacheUnit`: the approximate view's default capacity. */
+  cacheCapacity(config: InstancesConfig): number;
+  /** Builds instance `index`, sending finished requests to `metrics` and reporting as `reporting` says. */
+  create(
+    index: number,
+    config: InstancesConfig,
+    metrics: ActorRef<MetricsCommand>,
+    reporting: StatusReportingOptions,
+  ): ServingActor;
+}
+
+/**
+ * The skeleton every model shares: `serve` is accepted or dropped (the drop
+ * counts as finished, so the router's in-flight count lets go of it) and
+ * answered with a status report; `report_tick` is the periodic reporter's;
+ * any other message is the model's own (its timers).
+ */
+export abstract class InstanceActor<Own extends Message> implements Actor<ServeCommand | ReportTick | Own> {
+  /** This instance's index among the instances. */
+  readonly index: number;
+  /** Where finished and dropped requests are recorded. */
+  protected readonly metrics: ActorRef<MetricsCommand>;
+  /** Reports status (and cache events) to the router. */
+  protected readonly reporter: StatusReporter;
+  /** Requests completed or dropped here: the router's in-flight count lets go of them. */
+  protected finished = 0;
+
+  constructor(index: number, metrics: ActorRef<MetricsCommand>, reporting: StatusReportingOptions) {
+    this.index = index;
+    this.metrics = metrics;
+    this.reporter = new StatusReporter(index, reporting, () => this.status());
+  }
+
+  handle(message: ServeCommand | ReportTick | Own, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+    switch (message.type) {
+      case "serve":
+        this.#serve(message as ServeCommand, ctx);
+        break;
+      case "report_tick":
+        this.reporter.tick(ctx as ActorContext<ReportTick>);
+        break;
+      default:
+        this.onOwn(message as Own, ctx);
+    }
+  }
+
+  #serve(command: ServeCommand, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+    this.arriving(command, ctx);
+    const reason = this.refusal(command.request);
+    if (reason === undefined) this.admit(command, ctx);
+    else {
+      ctx.send(this.metrics, {
+        type: "dropped",
+        requestId: command.request.id,
+        instance: this.index,
+        timeMs: ctx.now(),
+        reason,
+      });
+      this.finished++;
+    }
+    this.reportServed(command, ctx);
+  }
+
+  /** Sends a finished request's record to the metrics and counts it. */
+  protected complete(record: CompletionRecord, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+    ctx.send(this.metrics, { type: "completed", record });
+    this.finished++;
+  }
+
+  /** Before a `serve` is judged: bring deferred work up to now. @default nothing */
+  protected arriving(_command: ServeCommand, _ctx: ActorContext<ServeCommand | ReportTick | Own>): void {}
+
+  /** Why this request cannot be taken (it is then dropped), or undefined to admit it. */
+  protected abstract refusal(request: Request): DropReason | undefined;
+
+  /** Takes an accepted request: queue it, start it, or both. */
+  protected abstract admit(command: ServeCommand, ctx: ActorContext<ServeCommand | ReportTick | Own>): void;
+
+  /** Reports after a `serve` was accepted or dropped: always, to its `replyTo`. */
+  protected reportServed(command: ServeCommand, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+    this.reporter.changed(ctx as ActorContext<ReportTick>, command.replyTo);
+  }
+
+  /** Handles the model's own messages (its timers). */
+  protected abstract onOwn(message: Own, ctx: ActorContext<ServeCommand | ReportTick | Own>): void;
+
+  /** The status report the router gets now. */
+  protected abstract status(): InstanceStatus;
+
+  /** Requests waiting to start. */
+  abstract get waiting(): number;
+
+  /** Requests in service. */
+  abstract get running(): number;
+}
