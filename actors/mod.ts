@@ -15,6 +15,24 @@ export {
   type RouterOptions,
 } from "./router.ts";
 export { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
+export { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
+export {
+  type EngineConfig,
+  InstanceActor,
+  type InstanceModel,
+  type InstancesConfig,
+  type ServingActor,
+} from "./instance_model.ts";
+export { instanceModel, MODEL_NAMES, type ModelName, MODELS } from "./instance_models.ts";
+export {
+  ACTOR_NAMES,
+  checkConservation,
+  type Placement,
+  type RouterConfig,
+  type RunActors,
+  type SimulationConfig,
+  wire,
+} from "./topology.ts";
 export { PrefixCache } from "./prefix_cache.ts";
 export { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 export { type LengthDistribution, ZipfSampler } from "./distributions.ts";
@@ -27,10 +45,4 @@ export {
   TraceGenerator,
   type TraceGeneratorOptions,
 } from "./trace_generator.ts";
-export {
-  type InstancesConfig,
-  type RunResult,
-  simulate,
-  type SimulateOptions,
-  type SimulationConfig,
-} from "./simulation.ts";
+export { type RunResult, simulate, type SimulateOptions } from "./simulation.ts";
