@@ -9,9 +9,11 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
+import { describeBounds, POLICIES } from "../actors/policies/mod.ts";
 import {
   checkTraceFile,
   deepMerge,
+  DEFAULT_POLICY,
   parseScenario,
   readJsonFile,
   resolveTracePath,
@@ -26,9 +28,8 @@ interface NumericFlag {
   readonly integer: boolean;
 }
 
-/** The numeric flags that override scenario fields. */
+/** The numeric flags that override scenario fields, besides the policies' parameter flags. */
 export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
-  threshold: { path: ["policy", "threshold"], integer: false },
   instances: { path: ["instances", "count"], integer: true },
   rate: { path: ["workload", "ratePerSec"], integer: false },
   requests: { path: ["workload", "requests"], integer: true },
@@ -41,6 +42,20 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   "trace-speed": { path: ["workload", "trace", "speed"], integer: false },
   seed: { path: ["seed"], integer: true },
 };
+
+/** A policy parameter's flag, without `--`: its name in kebab case (`balanceAbs` → `balance-abs`). */
+export function parameterFlag(parameter: string): string {
+  return parameter.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`);
+}
+
+/**
+ * Every built-in policy's parameter flags (without `--`), each to the
+ * parameter it sets (`policy.<parameter>`), derived from the registry. A flag
+ * is accepted only with a policy that has the parameter.
+ */
+export const PARAMETER_FLAGS: Readonly<Record<string, string>> = Object.fromEntries(
+  POLICIES.flatMap((descriptor) => Object.keys(descriptor.params).map((key) => [parameterFlag(key), key])),
+);
 
 /** Flags every scenario-running tool accepts, in `node:util` `parseArgs` form. */
 export const SCENARIO_OPTIONS = {
@@ -55,13 +70,53 @@ export const SCENARIO_OPTIONS = {
   json: { type: "boolean" },
   help: { type: "boolean", short: "h" },
   ...Object.fromEntries(Object.keys(NUMERIC_FLAGS).map((name) => [name, { type: "string" }])),
+  ...Object.fromEntries(Object.keys(PARAMETER_FLAGS).map((name) => [name, { type: "string" }])),
 } as const satisfies ParseArgsConfig["options"];
+
+/** Width of the help text, and the column its descriptions start at. */
+const HELP_WIDTH = 110, HELP_COLUMN = 25;
+
+/**
+ * `label`, then `text` from column {@linkcode HELP_COLUMN}, wrapped at
+ * {@linkcode HELP_WIDTH}; a label too long for the column puts the text on
+ * the next line.
+ */
+function helpEntry(label: string, text: string): string {
+  const indent = " ".repeat(HELP_COLUMN);
+  const lines: string[] = [];
+  let line = indent;
+  if (label.length + 2 <= HELP_COLUMN) line = label.padEnd(HELP_COLUMN);
+  else lines.push(label);
+  for (const word of text.split(" ")) {
+    if (line.length > HELP_COLUMN && line.length + 1 + word.length > HELP_WIDTH) {
+      lines.push(line);
+      line = indent;
+    }
+    line += line.length === HELP_COLUMN ? word : ` ${word}`;
+  }
+  lines.push(line);
+  return lines.join("\n");
+}
+
+/** The built-in policies and their parameter flags with defaults and bounds, from the registry. */
+function policiesHelp(): string {
+  return POLICIES.flatMap((descriptor) => [
+    helpEntry(`    ${descriptor.name}`, descriptor.summary),
+    ...Object.entries(descriptor.params).map(([key, parameter]) =>
+      helpEntry(
+        `      --${parameterFlag(key)} ${parameter.integer ? "N" : "X"}`,
+        `${parameter.doc}; default ${parameter.default}, ${describeBounds(parameter)}`,
+      )
+    ),
+  ]).join("\n");
+}
 
 /** Help text for the scenario flags. */
 export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; defaults in README):
   --scenario FILE        JSON scenario file (see scenarios/example.json)
-  --policy NAME          round_robin | least_load | prefix_aware | hybrid | random | sglang_cache_aware |
-                         llmd_weighted | dynamo_kv | power_of_two | chwbl | preble_e2 | vllm_prefix
+  --policy NAME          a built-in routing policy (default ${DEFAULT_POLICY}); each policy's parameter flags
+                         are accepted only with it:
+${policiesHelp()}
   --router FILE.ts       use a router plugin instead of --policy (see README)
   --plugin-timeout-ms N  wall ms a plugin may take to load or to make one routing decision (default 5000)
   --model M              instance model: fifo (the original study's) | batching
@@ -69,9 +124,6 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
   --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
   --trace-speed X        compress trace time by X (2 = twice the load), > 0
   --skip-invalid         skip malformed trace lines (and report how many) instead of failing
-  --threshold N          hybrid's queue-depth gate, >= 0: follow the longest cached prefix only while
-                         fewer than N requests are queued there (fifo: waiting behind the one in service;
-                         batching: still owed their first token, waiting or in prefill)
   --instances N          number of serving instances, integer >= 1
   --rate R               arrival rate, requests per second, > 0
   --requests N           requests to simulate, integer >= 1
@@ -142,15 +194,73 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
  */
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
   const file = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
-  // --policy naming another policy replaces the file's policy with its
-  // parameters (a hybrid threshold in the file does not follow --policy round_robin).
+  const base = withoutOtherPolicy(file, values.policy);
+  const flags = new FlagOverrides();
+  setStringFlags(values, flags);
+  setNumericFlags(values, base, flags);
+  setTraceFlags(values, base, flags);
+  refuseBesideRouter(values);
+  const config = parseScenario(deepMerge(base, flags.overrides), (path) => flags.nameOf(path));
+  await checkTraceFile(
+    config,
+    flags.sets("workload.trace.path") ? "--trace" : "scenario.workload.trace.path",
+  );
+  return resolveTracePath(config);
+}
+
+/** The scenario fields the flags set, and which flag set each (to name it in errors). */
+class FlagOverrides {
+  /** The fields the flags set, nested as in a scenario. */
+  readonly overrides: Record<string, unknown> = {};
+  readonly #flagOfPath = new Map<string, string>();
+
+  /** Sets the field at `path` from `flag` (with its `--`). */
+  set(flag: string, path: readonly string[], value: unknown): void {
+    setAt(this.overrides, path, value);
+    this.#flagOfPath.set(path.join("."), flag);
+  }
+
+  /** Removes the field at `path` (set by a flag that, in this run, means another field). */
+  unset(path: readonly string[]): void {
+    const parent = path.slice(0, -1).reduce<Record<string, unknown> | undefined>(
+      (node, key) => node?.[key] as Record<string, unknown> | undefined,
+      this.overrides,
+    );
+    if (parent) delete parent[path[path.length - 1]];
+    this.#flagOfPath.delete(path.join("."));
+  }
+
+  /** Whether a flag set the field `path` (dotted). */
+  sets(path: string): boolean {
+    return this.#flagOfPath.has(path);
+  }
+
+  /** The flag that set `path` (or the section holding it), else its `scenario.…` name. */
+  nameOf(path: readonly PropertyKey[]): string {
+    for (let n = path.length; n > 0; n--) {
+      const flag = this.#flagOfPath.get(path.slice(0, n).join("."));
+      if (flag) return flag;
+    }
+    // A whole section the user set through one of its flags (e.g. --preset for instances.engine).
+    const field = path.join(".");
+    for (const [flagPath, flag] of this.#flagOfPath) if (flagPath.startsWith(`${field}.`)) return flag;
+    return scenarioPath(path);
+  }
+}
+
+/**
+ * The scenario file without its policy when `--policy` names another one: a
+ * policy's parameters do not follow `--policy` to a different policy.
+ */
+function withoutOtherPolicy(file: unknown, policy: unknown): unknown {
   const filePolicy = (file as { policy?: { name?: unknown } } | null)?.policy;
-  const base = typeof values.policy === "string" && filePolicy !== undefined &&
-      (filePolicy?.name ?? "hybrid") !== values.policy
-    ? Object.fromEntries(Object.entries(file as object).filter(([key]) => key !== "policy"))
-    : file;
-  const overrides: Record<string, unknown> = {};
-  const flagOfPath = new Map<string, string>();
+  if (typeof policy !== "string" || filePolicy === undefined) return file;
+  if ((filePolicy?.name ?? DEFAULT_POLICY) === policy) return file;
+  return Object.fromEntries(Object.entries(file as object).filter(([key]) => key !== "policy"));
+}
+
+/** `--policy`, `--model`, `--preset`, `--trace` and `--skip-invalid`. */
+function setStringFlags(values: Record<string, unknown>, flags: FlagOverrides): void {
   const strings: [flag: string, path: string[]][] = [
     ["policy", ["policy", "name"]],
     ["model", ["instances", "model"]],
@@ -158,30 +268,37 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     ["trace", ["workload", "trace", "path"]],
   ];
   for (const [flag, path] of strings) {
-    if (typeof values[flag] !== "string") continue;
-    setAt(overrides, path, values[flag]);
-    flagOfPath.set(path.join("."), `--${flag}`);
+    if (typeof values[flag] === "string") flags.set(`--${flag}`, path, values[flag]);
   }
   if (values["skip-invalid"] === true) {
-    setAt(overrides, ["workload", "trace", "skipInvalid"], true);
-    flagOfPath.set("workload.trace.skipInvalid", "--skip-invalid");
+    flags.set("--skip-invalid", ["workload", "trace", "skipInvalid"], true);
   }
+}
+
+/** The numeric flags and the policy parameter flags (their bounds are the schema's to check). */
+function setNumericFlags(values: Record<string, unknown>, base: unknown, flags: FlagOverrides): void {
   for (const [name, flag] of Object.entries(NUMERIC_FLAGS)) {
     const raw = values[name];
     if (typeof raw !== "string") continue;
     const value = parseNumber(`--${name}`, raw, flag.integer);
-    flagOfPath.set(flag.path.join("."), `--${name}`);
-    if (name === "suffix-tokens") setAt(overrides, flag.path, withMean(`--${name}`, base, value));
-    else setAt(overrides, flag.path, value);
+    flags.set(`--${name}`, flag.path, name === "suffix-tokens" ? withMean(`--${name}`, base, value) : value);
   }
-  // With a trace, --requests caps how many of its requests are replayed.
+  for (const [name, parameter] of Object.entries(PARAMETER_FLAGS)) {
+    const raw = values[name];
+    if (typeof raw === "string") {
+      flags.set(`--${name}`, ["policy", parameter], parseNumber(`--${name}`, raw, false));
+    }
+  }
+}
+
+/** With a trace, `--requests` caps how many of its requests are replayed; `--trace-speed` and `--skip-invalid` need one. */
+function setTraceFlags(values: Record<string, unknown>, base: unknown, flags: FlagOverrides): void {
   const trace =
-    (deepMerge(base, overrides) as { workload?: { trace?: { path?: unknown; generate?: unknown } } })
+    (deepMerge(base, flags.overrides) as { workload?: { trace?: { path?: unknown; generate?: unknown } } })
       .workload?.trace;
   if (trace !== undefined && typeof values.requests === "string") {
-    setAt(overrides, ["workload", "trace", "maxRequests"], Number(values.requests));
-    delete (overrides.workload as Record<string, unknown>).requests;
-    flagOfPath.set("workload.trace.maxRequests", "--requests");
+    flags.unset(["workload", "requests"]);
+    flags.set("--requests", ["workload", "trace", "maxRequests"], Number(values.requests));
   }
   for (const flag of ["--trace-speed", "--skip-invalid"]) {
     const set = flag === "--trace-speed"
@@ -191,37 +308,17 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
       throw new UsageError(`${flag}: needs --trace FILE (or workload.trace in the scenario file)`);
     }
   }
-  if (
-    typeof values.router === "string" &&
-    (typeof values.policy === "string" || typeof values.threshold === "string")
-  ) {
-    throw new UsageError(
-      `--router: replaces the built-in policy; drop ${
-        typeof values.policy === "string" ? "--policy" : "--threshold"
-      }`,
-    );
-  }
-  const merged = deepMerge(base, overrides);
-  const config = parseScenario(merged, (path) => {
-    for (let n = path.length; n > 0; n--) {
-      const flag = flagOfPath.get(path.slice(0, n).join("."));
-      if (flag) return flag;
-    }
-    // A whole section the user set through one of its flags (e.g. --preset for instances.engine).
-    const field = path.join(".");
-    for (const [flagPath, flag] of flagOfPath) if (flagPath.startsWith(`${field}.`)) return flag;
-    return scenarioPath(path);
-  });
-  if (typeof values.threshold === "string" && config.policy.name !== "hybrid") {
-    throw new UsageError(
-      `--threshold: only hybrid has a threshold, and this run's policy is "${config.policy.name}"`,
-    );
-  }
-  await checkTraceFile(
-    config,
-    flagOfPath.has("workload.trace.path") ? "--trace" : "scenario.workload.trace.path",
+}
+
+/** `--router` replaces the built-in policy: `--policy` or a parameter flag beside it is an error. */
+function refuseBesideRouter(values: Record<string, unknown>): void {
+  if (typeof values.router !== "string") return;
+  const policyFlag = ["policy", ...Object.keys(PARAMETER_FLAGS)].find((name) =>
+    typeof values[name] === "string"
   );
-  return resolveTracePath(config);
+  if (policyFlag !== undefined) {
+    throw new UsageError(`--router: replaces the built-in policy; drop --${policyFlag}`);
+  }
 }
 
 /**

@@ -6,14 +6,16 @@
  */
 import { z } from "zod";
 import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
-import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
+import {
+  parameterList,
+  POLICIES,
+  type PolicyDescriptor,
+  type PolicyName,
+  type PolicySpec,
+} from "../actors/policies/mod.ts";
 import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
-import {
-  TRACE_GENERATOR_PARAMETERS,
-  type TraceGeneratorOptions,
-  type TraceGeneratorParameter,
-} from "../actors/trace_generator.ts";
+import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
@@ -29,8 +31,18 @@ const lengthDistribution = z.discriminatedUnion("dist", [
   ),
 ]);
 
-/** One trace-generator parameter's schema: its bounds and default, from the generator's table. */
-function generatorParameter(parameter: TraceGeneratorParameter) {
+/** The bounds and default of a numeric parameter: a trace generator's or a routing policy's. */
+interface NumberParameter {
+  readonly default: number;
+  readonly min: number;
+  readonly exclusiveMin?: boolean;
+  readonly max?: number;
+  readonly integer?: boolean;
+  readonly multipleOf?: number;
+}
+
+/** A numeric parameter's schema: its bounds and default, from its table (trace generator, policy registry). */
+function numberParameter(parameter: NumberParameter) {
   let schema = z.number();
   if (parameter.integer) schema = schema.int();
   schema = parameter.exclusiveMin ? schema.gt(parameter.min) : schema.min(parameter.min);
@@ -42,8 +54,8 @@ function generatorParameter(parameter: TraceGeneratorParameter) {
 /** `workload.trace.generate`: every parameter of actors/trace_generator.ts, each optional. */
 const traceGenerator = z.strictObject(
   Object.fromEntries(
-    Object.entries(TRACE_GENERATOR_PARAMETERS).map((entry) => [entry[0], generatorParameter(entry[1])]),
-  ) as Record<keyof TraceGeneratorOptions, ReturnType<typeof generatorParameter>>,
+    Object.entries(TRACE_GENERATOR_PARAMETERS).map((entry) => [entry[0], numberParameter(entry[1])]),
+  ) as Record<keyof TraceGeneratorOptions, ReturnType<typeof numberParameter>>,
 );
 
 /**
@@ -100,25 +112,56 @@ const trace = z.strictObject({
     }
 );
 
+/** How an unknown field of a policy is refused (it names the policy's parameters instead of the README). */
+const NOT_A_PARAMETER = "not a parameter of";
+
+/**
+ * One built-in policy's `policy` object: its name and its parameters, each a
+ * number within the descriptor's bounds, absent ones filled with their
+ * defaults (so a parsed config shows every value the run used). A field that
+ * is not one of its parameters is refused, naming the policy's parameters.
+ */
+function policyOption(descriptor: PolicyDescriptor) {
+  const parameters = Object.entries(descriptor.params);
+  return z.strictObject({
+    name: z.literal(descriptor.name as PolicyName),
+    ...Object.fromEntries(parameters.map(([key, parameter]) => [key, numberParameter(parameter)])),
+  }, {
+    error: (issue) =>
+      issue.code === "unrecognized_keys"
+        ? `${NOT_A_PARAMETER} ${descriptor.name} (its parameters: ${parameterList(descriptor)})`
+        : undefined,
+  });
+}
+
+/** The policy of a scenario that names none (the original study's). */
+export const DEFAULT_POLICY: PolicyName = "hybrid";
+
+/**
+ * `policy`: derived from the registry (actors/policies/mod.ts), one strict
+ * object per policy, told apart by `name` (default {@linkcode DEFAULT_POLICY}).
+ * No policy at all is the default one with its defaults:
+ * `{ name: "hybrid", threshold: 1 }`.
+ */
+const policy = z.preprocess(
+  // A copy keeps every own field, `__proto__` included, for the strict check.
+  (value) => isPlainObject(value) && value.name === undefined ? { ...value, name: DEFAULT_POLICY } : value,
+  z.discriminatedUnion(
+    "name",
+    POLICIES.map(policyOption) as unknown as [
+      ReturnType<typeof policyOption>,
+      ...ReturnType<typeof policyOption>[],
+    ],
+  ),
+).transform((p) => p as PolicySpec).prefault({});
+
 /**
  * The scenario schema with every default. Defaults put the default scenario in
  * the original study's operational regime (design.md, "Default scenario").
  */
 export const scenarioSchema = z.strictObject({
   seed: count(0).default(1),
-  policy: z.strictObject({
-    name: z.enum(POLICY_NAMES).default("hybrid"),
-    threshold: z.number().min(0).default(1),
-    balanceAbs: z.number().min(0).optional(),
-    balanceRel: z.number().min(1).optional(),
-    cacheThreshold: z.number().min(0).max(1).optional(),
-    prefixWeight: z.number().min(0).optional(),
-    queueWeight: z.number().min(0).optional(),
-    kvWeight: z.number().min(0).optional(),
-    temperature: z.number().min(0).optional(),
-    loadFactor: z.number().min(1).optional(),
-    ringPoints: count(1).optional(),
-  }).default({ name: "hybrid", threshold: 1 }),
+  policy,
   router: z.strictObject({
     cacheView: z.enum(["exact", "approximate"]).default("exact"),
     approxCapacity: count(1).nullable().optional(),
@@ -181,17 +224,6 @@ export const scenarioSchema = z.strictObject({
   }).prefault({}),
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
-  const allowed = POLICY_PARAMETERS[s.policy.name];
-  for (const key of Object.keys(s.policy)) {
-    if (key === "name" || key === "threshold" || allowed.includes(key)) continue;
-    ctx.addIssue({
-      code: "custom",
-      path: ["policy", key],
-      message: `not a parameter of ${s.policy.name} (its parameters: ${
-        allowed.length > 0 ? allowed.join(", ") : "none"
-      })`,
-    });
-  }
   const trace = s.workload.trace;
   if (trace?.format === "mooncake" && s.instances.model !== "batching") {
     ctx.addIssue({
@@ -307,12 +339,6 @@ function unusedSetting(
   config: SimulationConfig,
 ): { path: string[]; reason: string } | undefined {
   const given = (path: string[]) => valueAt(input, path) !== undefined;
-  if (config.policy.name !== "hybrid" && given(["policy", "threshold"])) {
-    return {
-      path: ["policy", "threshold"],
-      reason: `only hybrid has a threshold, and this run's policy is "${config.policy.name}"`,
-    };
-  }
   if (config.instances.model !== "batching" && given(["instances", "engine"])) {
     return {
       path: ["instances", "engine"],
@@ -365,7 +391,10 @@ function expectation(issue: z.core.$ZodIssue): string {
     case "invalid_value":
       return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(", ")}`;
     case "unrecognized_keys":
-      return "unknown field (see the formats in README)";
+      // A policy names its parameters; elsewhere the README has the formats.
+      return issue.message.startsWith(NOT_A_PARAMETER)
+        ? issue.message
+        : "unknown field (see the formats in README)";
     case "not_multiple_of":
       return `expected a multiple of ${String(issue.divisor)}`;
     case "invalid_union":

@@ -1,5 +1,7 @@
 /** End-to-end tests of `deno task run`'s entry point, run as a subprocess. */
-import { assert, assertEquals, assertStringIncludes } from "@std/assert";
+import { assert, assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { describeBounds, POLICIES } from "../actors/policies/mod.ts";
+import { parameterFlag } from "../scenarios/command_line.ts";
 import { runCli } from "./_cli.ts";
 
 const run = runCli;
@@ -53,6 +55,19 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     [["--prefix-frac", "1.2"], "--prefix-frac: expected a number <= 1, got 1.2"],
     [["--instances", "0"], "--instances: expected a number >= 1, got 0"],
     [["--threshold", "-1"], "--threshold: expected a number >= 0, got -1"],
+    [
+      ["--policy", "round_robin", "--threshold", "5"],
+      "--threshold: not a parameter of round_robin (its parameters: none)",
+    ],
+    [
+      ["--policy", "sglang_cache_aware", "--balance-rel", "0.5"],
+      "--balance-rel: expected a number >= 1, got 0.5",
+    ],
+    [["--policy", "chwbl", "--ring-points", "2.5"], "--ring-points: expected an integer, got 2.5"],
+    [
+      ["--cache-threshold", "0.5"],
+      "--cache-threshold: not a parameter of hybrid (its parameters: threshold)",
+    ],
     [["--requests", "10.5"], "--requests: expected an integer, got 10.5"],
     [["--policy", "magic"], '--policy: expected one of "round_robin"'],
     [["--scenario", "no/such.json"], '--scenario: cannot read "no/such.json": no such file'],
@@ -79,6 +94,10 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     [
       ["--router", "scenarios/plugins/cache_with_slack.ts", "--policy", "hybrid"],
       "--router: replaces the built-in policy; drop --policy",
+    ],
+    [
+      ["--router", "scenarios/plugins/cache_with_slack.ts", "--ring-points", "8"],
+      "--router: replaces the built-in policy; drop --ring-points",
     ],
     [["--requests"], "--requests: expected a value after the flag"],
     [["--instances", "1e9"], "--instances: expected a number <= 10000, got 1000000000"],
@@ -115,7 +134,7 @@ Deno.test("run replays a trace with the batching model and reports skipped lines
   assertStringIncludes(stdout, "TPOT");
 });
 
-Deno.test("run --help exits 0 and lists the flags", async () => {
+Deno.test("run --help exits 0 and lists the flags, every built-in policy and its parameter flags with defaults", async () => {
   const { code, stdout } = await run("--help");
   assertEquals(code, 0);
   for (
@@ -123,4 +142,34 @@ Deno.test("run --help exits 0 and lists the flags", async () => {
   ) {
     assertStringIncludes(stdout, flag);
   }
+  for (const d of POLICIES) {
+    assertMatch(stdout, new RegExp(`^    ${d.name} `, "m"));
+    for (const [key, p] of Object.entries(d.params)) {
+      assertMatch(stdout, new RegExp(`^      --${parameterFlag(key)} [NX]\\b`, "m"));
+      // Wrapped lines joined: the default and bounds may straddle a line break.
+      assertStringIncludes(stdout.replace(/\s+/g, " "), `default ${p.default}, ${describeBounds(p)}`);
+    }
+  }
+});
+
+Deno.test("a policy's parameter flags set its parameters; run --json's scenario shows every one", async () => {
+  const { code, stdout, stderr } = await run(
+    "--json",
+    "--requests",
+    "300",
+    "--policy",
+    "sglang_cache_aware",
+    "--balance-abs",
+    "32",
+  );
+  assertEquals(code, 0, stderr);
+  const r = JSON.parse(stdout);
+  assertEquals(r.scenario.policy, {
+    name: "sglang_cache_aware",
+    balanceAbs: 32,
+    balanceRel: 1.5,
+    cacheThreshold: 0.3,
+  });
+  const hybrid = JSON.parse((await run("--json", "--requests", "300", "--threshold", "3")).stdout);
+  assertEquals(hybrid.scenario.policy, { name: "hybrid", threshold: 3 });
 });

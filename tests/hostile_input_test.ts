@@ -127,12 +127,21 @@ const BAD_INPUTS: readonly Case[] = [
     /--trace: .*no_such_trace\.jsonl/,
   ),
   bad("trace speed without a trace", ["--trace-speed", "2"], /--trace-speed: needs --trace FILE/),
-  bad("threshold beside a non-hybrid policy", ["--policy", "round_robin", "--threshold", "2"], /--threshold/),
+  bad(
+    "threshold beside a non-hybrid policy",
+    ["--policy", "round_robin", "--threshold", "2"],
+    /--threshold: not a parameter of round_robin \(its parameters: none\)/,
+  ),
+  bad(
+    "a parameter flag of another policy than the default",
+    ["--load-factor", "2"],
+    /--load-factor: not a parameter of hybrid \(its parameters: threshold\)/,
+  ),
   bad("missing scenario file", ["--scenario", "no_such.json"], /no_such\.json/),
   bad(
     "threshold beside a non-hybrid policy in a scenario file",
     ["--scenario", `${FIXTURES}/threshold_round_robin.json`],
-    /scenario\.policy\.threshold: only hybrid has a threshold, and this run's policy is "round_robin"/,
+    /scenario\.policy\.threshold: not a parameter of round_robin \(its parameters: none\)/,
   ),
   bad(
     "scenario that is not an object",

@@ -1,9 +1,9 @@
 /**
  * What the tools check before they start: a sweep's files and scenarios, the
- * bounds of `--workers` and `--speed`, `--threshold` beside the policy it
- * belongs to, numbers beyond a double, `bench --help`; where a sweep may
- * write (never over another committed study); and relative paths, which are
- * the caller's, not the repository's.
+ * bounds of `--workers` and `--speed`, a policy parameter's flag beside a
+ * policy without that parameter, numbers beyond a double, `bench --help`;
+ * where a sweep may write (never over another committed study); and relative
+ * paths, which are the caller's, not the repository's.
  */
 import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
 import { messageLine } from "./_cli.ts";
@@ -120,12 +120,17 @@ Deno.test("bad flags exit 2 with one line naming the flag and the value", async 
     [
       "run",
       ["--policy", "round_robin", "--threshold", "2"],
-      /^error: --threshold: only hybrid has a threshold, and this run's policy is "round_robin"$/,
+      /^error: --threshold: not a parameter of round_robin \(its parameters: none\)$/,
     ],
     [
       "realtime",
       ["--policy", "least_load", "--threshold", "0"],
-      /^error: --threshold: only hybrid has a threshold, and this run's policy is "least_load"$/,
+      /^error: --threshold: not a parameter of least_load \(its parameters: none\)$/,
+    ],
+    [
+      "realtime",
+      ["--policy", "chwbl", "--balance-abs", "8"],
+      /^error: --balance-abs: not a parameter of chwbl \(its parameters: loadFactor, ringPoints\)$/,
     ],
     [
       "sweep",

@@ -221,7 +221,7 @@ Deno.test("runWithClock reads the queue again after a wait: a message added mean
   kernel.send(ref, note("late"), 10);
   let added = false;
   await kernel.runWithClock({
-    synchronize(t) {
+    synchronize(_t) {
       if (added) return SYNCHRONIZED;
       added = true;
       // Work outside the kernel (a Worker's answer) adds an earlier message while the clock waits.

@@ -2,6 +2,8 @@ import { assert, assertEquals } from "@std/assert";
 import fc from "fast-check";
 import {
   createPolicy,
+  POLICIES,
+  policyLabel,
   type PolicySpec,
   type RouterView,
   type RoutingPolicy,
@@ -12,24 +14,25 @@ import { status } from "./_status.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import examplePlugin from "../scenarios/plugins/cache_with_slack.ts";
 
-/** Every built-in policy, with the parameters the contract is run at. */
-const SPECS: PolicySpec[] = [
-  { name: "round_robin" },
-  { name: "least_load" },
-  { name: "prefix_aware" },
-  { name: "hybrid", threshold: 0 },
-  { name: "hybrid", threshold: 1 },
-  { name: "hybrid", threshold: 4 },
-  { name: "random" },
-  { name: "sglang_cache_aware" },
-  { name: "llmd_weighted" },
-  { name: "dynamo_kv" },
-  { name: "dynamo_kv", temperature: 0.5 },
-  { name: "power_of_two" },
-  { name: "chwbl" },
-  { name: "preble_e2" },
-  { name: "vllm_prefix" },
-];
+/**
+ * Every built-in policy from the registry, at its defaults and with each
+ * parameter at its lower bound (when that is a value) and well above its
+ * default (or at its upper bound).
+ */
+const SPECS: PolicySpec[] = POLICIES.flatMap((d): PolicySpec[] => [
+  { name: d.name },
+  ...Object.entries(d.params).flatMap(([key, p]) =>
+    [...new Set([p.exclusiveMin ? undefined : p.min, p.max ?? p.default * 4 + 4])]
+      .filter((value) => value !== undefined && value !== p.default)
+      .map((value) => ({ name: d.name, [key]: value }) as PolicySpec)
+  ),
+]);
+
+/**
+ * Consistent hashing: affinity by design (one prefix, one instance), so it
+ * spreads only requests without a shared prefix, and only roughly evenly.
+ */
+const HASH_AFFINITY: ReadonlySet<string> = new Set(["chwbl"]);
 
 /** A request of `group` whose prefix is two 16-token blocks (block-level policies see a group by its blocks). */
 const request = (group: number): Request => ({
@@ -54,7 +57,7 @@ function table(waiting: number[], running: number[], held: number[][] = []): Ins
 function policyContract(
   label: string,
   newPolicy: () => RoutingPolicy,
-  kind: { hashAffinity?: boolean } = {},
+  kind: { hashAffinity?: boolean; atDefaults?: boolean } = {},
 ) {
   Deno.test(`${label}: always returns a valid instance index`, () => {
     fc.assert(
@@ -112,9 +115,12 @@ function policyContract(
       if (kind.hashAffinity && group >= 0) {
         // Consistent hashing is affinity by design: one prefix, one instance (while within its load bound).
         assertEquals(counts.filter((c) => c > 0).length, 1, `counts ${counts}`);
-      } else if (kind.hashAffinity) {
+      } else if (kind.hashAffinity && kind.atDefaults) {
         // A ring with 256 points per instance divides the key space only roughly evenly.
         for (const c of counts) assert(c > 600 && c < 1400, `counts ${counts}`);
+      } else if (kind.hashAffinity) {
+        // Another ring size (down to one point per instance) divides it unevenly, but divides it.
+        assert(counts.filter((c) => c > 0).length > 1, `counts ${counts}`);
       } else {
         for (const c of counts) assert(c > 800 && c < 1200, `counts ${counts}`);
       }
@@ -123,12 +129,10 @@ function policyContract(
 }
 
 for (const spec of SPECS) {
-  const label = spec.name === "hybrid"
-    ? `hybrid(thr=${spec.threshold})`
-    : spec.temperature !== undefined
-    ? `${spec.name}(T=${spec.temperature})`
-    : spec.name;
-  policyContract(label, () => createPolicy(spec), { hashAffinity: spec.name === "chwbl" });
+  policyContract(policyLabel(spec), () => createPolicy(spec), {
+    hashAffinity: HASH_AFFINITY.has(spec.name),
+    atDefaults: Object.keys(spec).length === 1,
+  });
 }
 policyContract("example plugin cache_with_slack", () => examplePlugin);
 

@@ -7,7 +7,7 @@
 import { assert, assertEquals, assertGreater } from "@std/assert";
 import fc from "fast-check";
 import type { CacheView } from "../actors/cache_view.ts";
-import { createPolicy, type PolicySpec, type RouterView } from "../actors/policies/mod.ts";
+import { createPolicy, policyLabel, type PolicySpec, type RouterView } from "../actors/policies/mod.ts";
 import { leastLoaded } from "../actors/policies/_least_loaded.ts";
 import { pickBy } from "../actors/policies/_pick.ts";
 import type { Request } from "../actors/protocol.ts";
@@ -59,7 +59,7 @@ const CACHE_POLICIES: PolicySpec[] = [{ name: "prefix_aware" }, { name: "hybrid"
 
 Deno.test("the longest block match wins over a shorter one on a less loaded instance", async (t) => {
   for (const spec of CACHE_POLICIES) {
-    await t.step(spec.name, () => {
+    await t.step(policyLabel(spec), () => {
       // Instances 1 and 3 match 7 blocks; 3 is the less loaded of them; 0 (3 blocks) and 2 (none) are idler.
       const view = blockView([3, 7, 0, 7], [{ waiting: 0 }, { waiting: 5, running: 1 }, {}, {
         waiting: 2,
@@ -87,7 +87,7 @@ Deno.test("a match every instance has, or none has, is no match: the least-loade
   const loads: Load[] = [{ waiting: 2, running: 1 }, { running: 1 }, { waiting: 1, running: 1 }];
   for (const spec of [...CACHE_POLICIES, { name: "hybrid", threshold: 1 } as const]) {
     for (const matches of [[4, 4, 4], [0, 0, 0]]) {
-      await t.step(`${spec.name}${spec.threshold ?? ""}, matches ${matches}`, () => {
+      await t.step(`${policyLabel(spec)}, matches ${matches}`, () => {
         assertEquals(choose(spec, blockView(matches, loads)), 1);
       });
     }
@@ -170,8 +170,8 @@ Deno.test("under the FIFO model's group view both make the old group rule's choi
           const now = createRandomStream(seed, "router"), before = createRandomStream(seed, "router");
           const a = createPolicy(spec).choose(req(0, group), view, now);
           const b = oldRule(threshold)(req(0, group), view, before);
-          assertEquals(a, b, `${spec.name} ${spec.threshold ?? ""}`);
-          assertEquals(now(), before(), `${spec.name} ${spec.threshold ?? ""}: same number of draws`);
+          assertEquals(a, b, policyLabel(spec));
+          assertEquals(now(), before(), `${policyLabel(spec)}: same number of draws`);
         }
       },
     ),

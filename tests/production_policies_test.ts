@@ -1,7 +1,7 @@
 /** The production routers' rules at their edges (REFERENCE §2). */
 import { assert, assertEquals, assertGreater, assertLess } from "@std/assert";
 import { ExactCacheView } from "../actors/cache_view.ts";
-import { createPolicy, type PolicySpec } from "../actors/policies/mod.ts";
+import { createPolicy, policyDescriptor, type PolicySpec } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
 import { InstanceTable } from "../actors/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
@@ -52,6 +52,16 @@ const tally = (spec: PolicySpec, instances: Instance[], runs = 2000) => {
   for (let k = 0; k < runs; k++) counts[policy.choose(req(0, 7, k), v, random)]++;
   return counts;
 };
+
+Deno.test("the rules below are checked at the shipped defaults the registry declares", () => {
+  const defaults = (name: string) =>
+    Object.fromEntries(Object.entries(policyDescriptor(name)!.params).map(([key, p]) => [key, p.default]));
+  assertEquals(defaults("sglang_cache_aware"), { balanceAbs: 64, balanceRel: 1.5, cacheThreshold: 0.3 });
+  assertEquals(defaults("llmd_weighted"), { prefixWeight: 3, queueWeight: 2, kvWeight: 2 });
+  assertEquals(defaults("dynamo_kv"), { temperature: 0 });
+  assertEquals(defaults("chwbl"), { loadFactor: 1.25, ringPoints: 256 });
+  for (const name of ["power_of_two", "preble_e2", "vllm_prefix"]) assertEquals(defaults(name), {});
+});
 
 Deno.test("sglang_cache_aware: balances only when both gates open (abs > 64 and rel > 1.5)", async (t) => {
   const sglang: PolicySpec = { name: "sglang_cache_aware" };

@@ -50,6 +50,24 @@ Deno.test("invalid scenarios name the field path, the value and the expectation"
     [{ instances: { count: 2.5 } }, "scenario.instances.count: expected an integer, got 2.5"],
     [{ instances: { count: "four" } }, 'scenario.instances.count: expected a number, got "four"'],
     [{ policy: { name: "fastest" } }, 'scenario.policy.name: expected one of "round_robin", "least_load"'],
+    [
+      { policy: { name: "sglang_cache_aware", balanceRel: 0.5 } },
+      "scenario.policy.balanceRel: expected a number >= 1, got 0.5",
+    ],
+    [
+      { policy: { name: "round_robin", threshold: 2 } },
+      "scenario.policy.threshold: not a parameter of round_robin (its parameters: none)",
+    ],
+    [
+      { policy: { name: "llmd_weighted", loadFactor: 2 } },
+      "scenario.policy.loadFactor: not a parameter of llmd_weighted (its parameters: prefixWeight, queueWeight, kvWeight)",
+    ],
+    [
+      { policy: { name: "chwbl", ringPoints: 0.5 } },
+      "scenario.policy.ringPoints: expected an integer, got 0.5",
+    ],
+    [{ policy: { threshold: -1 } }, "scenario.policy.threshold: expected a number >= 0, got -1"],
+    [{ policy: "hybrid" }, 'scenario.policy: expected an object, got "hybrid"'],
     [{ workload: { colour: "red" } }, "scenario.workload.colour: unknown field"],
     [
       { workload: { suffixTokens: { dist: "normal" } } },
@@ -66,6 +84,20 @@ Deno.test("invalid scenarios name the field path, the value and the expectation"
       assertThrows(() => parseScenario(input), UsageError, message);
     });
   }
+});
+
+Deno.test("a parsed policy carries every parameter of its descriptor, absent ones at their defaults", () => {
+  assertEquals(parseScenario({ policy: { threshold: 4 } }).policy, { name: "hybrid", threshold: 4 });
+  assertEquals(parseScenario({ policy: { name: "round_robin" } }).policy, { name: "round_robin" });
+  assertEquals(
+    parseScenario({ policy: { name: "chwbl", ringPoints: 64 } }).policy,
+    { name: "chwbl", loadFactor: 1.25, ringPoints: 64 },
+  );
+  // The registry's field order, whatever the file's: `run --json` prints the policy the same way every time.
+  assertEquals(
+    Object.keys(parseScenario({ policy: { cacheThreshold: 0.5, name: "sglang_cache_aware" } }).policy),
+    ["name", "balanceAbs", "balanceRel", "cacheThreshold"],
+  );
 });
 
 Deno.test("deepMerge merges nested objects and lets the override win", () => {

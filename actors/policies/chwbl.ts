@@ -77,5 +77,5 @@ export const descriptor = {
     ringPoints: { doc: "ring points per instance", default: 256, min: 1, integer: true },
   },
   reads: { blocks: false, load: false },
-  create: (params) => chwbl(params),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => chwbl(params),
 } as const satisfies PolicyDescriptor<"chwbl">;

@@ -54,5 +54,5 @@ export const descriptor = {
     },
   },
   reads: { blocks: true, load: true },
-  create: (params) => dynamoKv(params),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => dynamoKv(params),
 } as const satisfies PolicyDescriptor<"dynamo_kv">;

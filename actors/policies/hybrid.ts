@@ -48,5 +48,5 @@ export const descriptor = {
     },
   },
   reads: { blocks: true, load: false },
-  create: (params) => hybrid(params),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => hybrid(params),
 } as const satisfies PolicyDescriptor<"hybrid">;

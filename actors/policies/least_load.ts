@@ -17,5 +17,5 @@ export const descriptor = {
   summary: "The instance with the fewest requests waiting or running; ties at random (the original study).",
   params: {},
   reads: { blocks: false, load: false },
-  create: () => leastLoad(),
+  create: (): RoutingPolicy => leastLoad(),
 } as const satisfies PolicyDescriptor<"least_load">;

@@ -50,5 +50,5 @@ export const descriptor = {
     kvWeight: { doc: "weight of the KV score (1 − KV utilisation)", default: 2, min: 0 },
   },
   reads: { blocks: true, load: true },
-  create: (params) => llmdWeighted(params),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => llmdWeighted(params),
 } as const satisfies PolicyDescriptor<"llmd_weighted">;

@@ -85,7 +85,8 @@ export function policyParams(spec: PolicySpec): Record<string, number> {
   const params: Record<string, number> = {};
   for (const [key, value] of Object.entries(spec)) {
     if (key === "name" || value === undefined) continue;
-    const parameter = descriptor.params[key];
+    // Own keys only: `constructor` or `toString` is no policy's parameter.
+    const parameter = Object.hasOwn(descriptor.params, key) ? descriptor.params[key] : undefined;
     if (parameter === undefined) {
       throw new RangeError(
         `${spec.name}: ${key} is not a parameter (its parameters: ${parameterList(descriptor)})`,

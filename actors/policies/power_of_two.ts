@@ -27,5 +27,5 @@ export const descriptor = {
   summary: "SGLang's power_of_two: two distinct random instances, the one with fewer in flight.",
   params: {},
   reads: { blocks: false, load: false },
-  create: () => powerOfTwo(),
+  create: (): RoutingPolicy => powerOfTwo(),
 } as const satisfies PolicyDescriptor<"power_of_two">;

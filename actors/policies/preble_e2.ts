@@ -43,5 +43,5 @@ export const descriptor = {
     "Preble's E2: exploit a cached prefix when the new tokens are fewer than the matched ones, else explore for the lightest load.",
   params: {},
   reads: { blocks: true, load: true },
-  create: () => prebleE2(),
+  create: (): RoutingPolicy => prebleE2(),
 } as const satisfies PolicyDescriptor<"preble_e2">;

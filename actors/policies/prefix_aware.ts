@@ -25,5 +25,5 @@ export const descriptor = {
     "The longest cached prefix match (the least loaded of equals); no match: the least loaded (the original study).",
   params: {},
   reads: { blocks: true, load: false },
-  create: () => prefixAware(),
+  create: (): RoutingPolicy => prefixAware(),
 } as const satisfies PolicyDescriptor<"prefix_aware">;

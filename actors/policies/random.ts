@@ -17,5 +17,5 @@ export const descriptor = {
   summary: "A uniformly random instance (splits a Poisson stream; the queueing-theory check).",
   params: {},
   reads: { blocks: false, load: false },
-  create: () => randomChoice(),
+  create: (): RoutingPolicy => randomChoice(),
 } as const satisfies PolicyDescriptor<"random">;

@@ -15,5 +15,5 @@ export const descriptor = {
   summary: "Request k to instance k mod n, ignoring state (the original study).",
   params: {},
   reads: { blocks: false, load: false },
-  create: () => roundRobin(),
+  create: (): RoutingPolicy => roundRobin(),
 } as const satisfies PolicyDescriptor<"round_robin">;

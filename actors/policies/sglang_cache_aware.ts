@@ -70,5 +70,5 @@ export const descriptor = {
     },
   },
   reads: { blocks: true, load: false },
-  create: (params) => sglangCacheAware(params),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => sglangCacheAware(params),
 } as const satisfies PolicyDescriptor<"sglang_cache_aware">;

@@ -22,5 +22,5 @@ export const descriptor = {
     "vLLM production-stack's prefixaware router: random among the longest matches; random when nothing matches.",
   params: {},
   reads: { blocks: true, load: false },
-  create: () => vllmPrefix(),
+  create: (): RoutingPolicy => vllmPrefix(),
 } as const satisfies PolicyDescriptor<"vllm_prefix">;
