@@ -9,10 +9,9 @@
  */
 /// <reference lib="deno.worker" />
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
-import { SimulationError, type SimulationErrorKind } from "../actors/runtime/simulation_error.ts";
+import { type ErrorData, errorToData, SimulationError } from "../actors/runtime/simulation_error.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { loadPolicyModule } from "../actors/policies/plugin_policy.ts";
-import { TraceFormatError } from "../actors/trace_reader.ts";
 import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
 
 /** Host → Worker. */
@@ -40,14 +39,11 @@ export type SimulationWorkerReply =
   | {
     readonly type: "error";
     readonly id: number;
-    readonly kind: SimulationErrorKind;
-    /** The failure without kind and location (`SimulationError.detail`). */
-    readonly detail: string;
-    readonly actor?: string;
-    readonly messageType?: string;
-    readonly timeMs?: number;
-    /** Set when the run failed on a malformed trace (a usage error): where and why. */
-    readonly traceFormat?: { readonly file: string; readonly line: number; readonly reason: string };
+    /**
+     * The failure, class and fields kept (see {@linkcode errorToData}); its
+     * first line only, with Deno's advice about flags replaced.
+     */
+    readonly error: ErrorData;
   };
 
 let watch: WatchSlot | undefined;
@@ -124,35 +120,30 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
   watch?.startTask(id);
   if (pluginExpected && policy === undefined) {
     // Never fall back to the scenario's built-in policy in a plugin's Worker.
-    return reply({ type: "error", id, kind: "actor_threw", detail: "the router plugin is not loaded" });
+    const error = new SimulationError("actor_threw", "the router plugin is not loaded");
+    return reply({ type: "error", id, error: errorToData(error) });
   }
   try {
     const start = performance.now();
     const result = simulate(config, { policy });
     reply({ type: "result", id, result, wallMs: performance.now() - start });
   } catch (error) {
-    const trace = error instanceof TraceFormatError
-      ? error
-      : error instanceof SimulationError && error.cause instanceof TraceFormatError
-      ? error.cause
-      : undefined;
-    const traceFormat = trace && {
-      file: trace.file,
-      line: trace.line,
-      reason: trace.message.slice(`${trace.file}:${trace.line}: `.length),
-    };
-    if (error instanceof SimulationError) {
-      const { kind, actor, messageType, timeMs } = error;
-      const detail = explainPermission(error.detail.split("\n")[0]);
-      reply({ type: "error", id, kind, detail, actor, messageType, timeMs, traceFormat });
-    } else {
-      const detail = explainPermission(String((error as Error)?.message ?? error).split("\n")[0]);
-      reply({ type: "error", id, kind: "actor_threw", detail, traceFormat });
-    }
+    // Described before the watch goes idle: a plugin's error could spin in its getters.
+    reply({ type: "error", id, error: failureData(error) });
   } finally {
     // Also ends a decision that threw.
     watch?.setPhase(WorkerPhase.Idle);
   }
+}
+
+/** A run's failure as data for the host: its text on one line, a permission error explained. */
+function failureData(error: unknown): ErrorData {
+  const data = errorToData(error);
+  const oneLine = (text: string) => explainPermission(text.split("\n")[0]);
+  const detail = data.fields.detail;
+  return data.name === "SimulationError" && typeof detail === "string"
+    ? { ...data, fields: { ...data.fields, detail: oneLine(detail) } }
+    : { ...data, message: oneLine(data.message) };
 }
 
 // Only the first message (init) comes this way; the rest use its private port.

@@ -9,9 +9,16 @@
  * its Worker or exhausts memory.
  */
 import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
-import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import {
+  type ErrorData,
+  errorFromData,
+  type ErrorReviver,
+  SIMULATION_ERROR_KINDS,
+  SimulationError,
+  type SimulationErrorKind,
+} from "../actors/runtime/simulation_error.ts";
 import { NO_PERMISSIONS } from "../actors/runtime/worker_runtime.ts";
-import { TraceFormatError } from "../actors/trace_reader.ts";
+import { TraceFormatError, TraceReader } from "../actors/trace_reader.ts";
 import type { SimulationWorkerCommand, SimulationWorkerReply } from "./simulation_worker.ts";
 import { UsageError } from "./usage_error.ts";
 import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
@@ -266,118 +273,218 @@ function isRunResult(
     );
 }
 
-/** The error a Worker's "error" reply stands for. */
+/** Classes of the errors a run may throw that the runtime's {@linkcode errorFromData} cannot import. */
+const REVIVERS: Readonly<Record<string, ErrorReviver>> = {
+  TraceFormatError: ({ fields, message }) => {
+    const { file, line } = fields;
+    if (typeof file !== "string" || typeof line !== "number") return undefined;
+    const prefix = `${file}:${line}: `;
+    return new TraceFormatError(
+      file,
+      line,
+      message.startsWith(prefix) ? message.slice(prefix.length) : message,
+    );
+  },
+  UsageError: ({ message }) => new UsageError(message),
+};
+
+/** Errors whose message names what the user got wrong (a file, a line, a flag), as `run` prints them: no run number. */
+function namesItsCause(data: ErrorData): boolean {
+  return data.name === "TraceFormatError" || data.name === "UsageError" ||
+    typeof data.fields.code === "string"; // a file-system error
+}
+
+/**
+ * The error a Worker's "error" reply stands for, of the class the run threw,
+ * so that the command-line tools print it and exit as `run` does in-process.
+ * Among many runs (a sweep), a run failure or an internal error names the
+ * run; a malformed trace or a missing file names the file instead.
+ */
 function replyError(
   reply: Extract<SimulationWorkerReply, { type: "error" }>,
+  task: PoolTask,
   plugin: SandboxPlugin | undefined,
   nameRun: boolean,
 ): Error {
-  const { kind, messageType, timeMs } = reply;
-  // A plugin's Worker cannot claim the user's trace is malformed (that would be exit 2).
-  const traceFormat = plugin ? undefined : reply.traceFormat;
-  const firstLine = String(reply.detail).split("\n")[0];
-  // Among many runs (a sweep), say which one failed.
-  const detail = nameRun ? `run ${reply.id}: ${firstLine}` : firstLine;
-  const actor = plugin && reply.actor === "router" ? pluginActor(plugin) : reply.actor;
-  const cause = traceFormat === undefined
-    ? undefined
-    : new TraceFormatError(traceFormat.file, traceFormat.line, traceFormat.reason);
-  return new SimulationError(kind, detail, { actor, messageType, timeMs, cause });
+  let data = plugin ? vouchedFor(reply.error, task.config, plugin) : reply.error;
+  if (nameRun && data.name === "SimulationError") {
+    data = { ...data, fields: { ...data.fields, detail: `run ${reply.id}: ${data.fields.detail}` } };
+  } else if (nameRun && !namesItsCause(data)) {
+    data = { ...data, message: `run ${reply.id}: ${data.message}` };
+  }
+  return errorFromData(data, REVIVERS);
+}
+
+/**
+ * What a plugin's Worker reports, kept to what the host can vouch for: its
+ * code ran beside the plugin's, so the failure is the plugin's run failure
+ * (a {@linkcode SimulationError}, the router named as the plugin), and a
+ * malformed-trace error (exit 2, the user's fault) stands only when reading
+ * the trace here fails the same way.
+ */
+function vouchedFor(data: ErrorData, config: SimulationConfig, plugin: SandboxPlugin): ErrorData {
+  const isRunFailure = data.name === "SimulationError" && typeof data.fields.detail === "string" &&
+    SIMULATION_ERROR_KINDS.includes(data.fields.kind as SimulationErrorKind);
+  const top = isRunFailure ? data : {
+    name: "SimulationError",
+    message: data.message,
+    fields: { kind: "actor_threw", detail: data.message },
+    cause: data,
+  };
+  const actor = top.fields.actor === "router" ? pluginActor(plugin) : top.fields.actor;
+  const vouched = (d: ErrorData | undefined): ErrorData | undefined =>
+    d &&
+    (d.name === "TraceFormatError" && !traceFailsWith(config, d.message)
+      ? { name: "Error", message: d.message, fields: {}, cause: vouched(d.cause) }
+      : { ...d, cause: vouched(d.cause) });
+  return {
+    ...top,
+    fields: actor === undefined ? top.fields : { ...top.fields, actor },
+    cause: vouched(top.cause),
+  };
+}
+
+/** Whether reading `config`'s trace file fails with `message` (a trace error's text). */
+function traceFailsWith(config: SimulationConfig, message: string): boolean {
+  const trace = config.workload.trace;
+  if (trace?.path === undefined) return false;
+  let reader: TraceReader | undefined;
+  try {
+    reader = new TraceReader(trace);
+    while (reader.next() !== undefined);
+    return false;
+  } catch (error) {
+    return error instanceof TraceFormatError && error.message === message;
+  } finally {
+    reader?.close();
+  }
+}
+
+/** One place in the pool: a Worker for built-in policies' runs and one for the plugin's, each started on first use. */
+interface PoolSlot {
+  plain?: SimulationWorker;
+  plugin?: SimulationWorker;
+}
+
+/** One call of {@linkcode runOnWorkers}: its tasks, its Workers (two kinds per slot) and how far it got. */
+class PoolRun {
+  readonly results: RunResult[];
+  readonly #all: SimulationWorker[] = [];
+  readonly #slots: PoolSlot[];
+  #next = 0;
+  #done = 0;
+  #finished = false;
+  #watchdog: ReturnType<typeof setInterval> | undefined;
+  readonly #onAbort = () => this.finish(new DOMException("sweep interrupted", "AbortError"));
+
+  constructor(
+    readonly tasks: readonly PoolTask[],
+    readonly options: WorkerPoolOptions,
+    readonly resolve: (results: RunResult[]) => void,
+    readonly reject: (error: Error) => void,
+  ) {
+    const size = Math.max(1, Math.min(options.workers ?? navigator.hardwareConcurrency, tasks.length));
+    this.results = new Array<RunResult>(tasks.length);
+    this.#slots = Array.from({ length: size }, () => ({}));
+  }
+
+  /** Starts every slot on a first task, and the watchdog when there is a plugin. */
+  start(): void {
+    const signal = this.options.signal;
+    signal?.addEventListener("abort", this.#onAbort);
+    if (signal?.aborted) return this.#onAbort();
+    if (this.tasks.length === 0) return this.finish();
+    for (const slot of this.#slots) this.#feed(slot);
+    const plugin = this.options.plugin;
+    if (plugin !== undefined) {
+      const timeoutMs = this.options.pluginTimeoutMs ?? DEFAULT_PLUGIN_TIMEOUT_MS;
+      this.#watchdog = setInterval(() => {
+        const now = performance.now();
+        for (const w of this.#all) {
+          const verdict = w.plugin && watchdogVerdict(w, now, timeoutMs);
+          if (verdict) return this.finish(verdict);
+        }
+        const verdict = memoryVerdict(plugin);
+        if (verdict) this.finish(verdict);
+      }, pollIntervalMs(timeoutMs));
+    }
+  }
+
+  /** Ends the call once: every Worker terminated, then the results or the error. */
+  finish(error?: Error): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    clearInterval(this.#watchdog);
+    for (const w of this.#all) w.terminate();
+    this.options.signal?.removeEventListener("abort", this.#onAbort);
+    if (error) this.reject(error);
+    else this.resolve(this.results);
+  }
+
+  /** The slot's Worker of the kind the task needs, started on first use. */
+  #workerFor(slot: PoolSlot, plugin: boolean): SimulationWorker {
+    const key = plugin ? "plugin" : "plain";
+    const existing = slot[key];
+    if (existing) return existing;
+    if (plugin && this.options.plugin === undefined) {
+      throw new TypeError("a task names a plugin but the pool has none");
+    }
+    const w = new SimulationWorker(plugin ? this.options.plugin : undefined, this.options.readPaths ?? []);
+    w.ready.catch((error) => this.finish(error));
+    w.onCrash = (message) => {
+      const actor = w.plugin ? pluginActor(w.plugin) : "simulation Worker";
+      this.finish(new SimulationError("worker_crashed", message, { actor }));
+    };
+    this.#all.push(w);
+    slot[key] = w;
+    return w;
+  }
+
+  /** Gives the slot's Worker the next task, if any. */
+  #feed(slot: PoolSlot): void {
+    if (this.#finished || this.#next >= this.tasks.length) return;
+    const id = this.#next++;
+    const w = this.#workerFor(slot, this.tasks[id].pluginUrl !== undefined);
+    w.onReply = (reply) => this.#onReply(slot, w, reply);
+    w.ready.then(() => this.#finished || w.run(id, this.tasks[id].config), () => {});
+  }
+
+  #onReply(slot: PoolSlot, w: SimulationWorker, reply: SimulationWorkerReply): void {
+    if (this.#finished) return;
+    // One answer per run given, for that run, of the right shape; anything else is a fault.
+    if ((reply as { id?: unknown })?.id !== w.task || !(reply.type === "error" || isRunResult(reply))) {
+      return this.finish(
+        new SimulationError("actor_threw", `a simulation Worker answered out of turn for run ${w.task}`, {
+          actor: w.plugin ? pluginActor(w.plugin) : "simulation Worker",
+        }),
+      );
+    }
+    w.task = -1;
+    if (reply.type === "error") {
+      return this.finish(replyError(reply, this.tasks[reply.id], w.plugin, this.tasks.length > 1));
+    }
+    this.results[reply.id] = reply.result;
+    this.options.onWallMs?.(reply.id, reply.wallMs);
+    this.#done++;
+    this.options.onProgress?.(this.#done, reply.result, reply.id);
+    if (this.#done === this.tasks.length) this.finish();
+    else this.#feed(slot);
+  }
 }
 
 /**
  * Simulates every task; `results[i]` belongs to `tasks[i]`.
- * @throws {SimulationError} from the first run that fails, or from the
- *   watchdog (`plugin_timeout`, `resource_exhausted`); every Worker is
- *   terminated. A Worker spinning in user code cannot be terminated in Deno:
- *   the caller must then end the process (the command-line tools do).
+ * @throws the error of the first run that fails, of the class it had in its
+ *   Worker ({@linkcode SimulationError}, a trace's `TraceFormatError`, a
+ *   file-system error…), or the watchdog's {@linkcode SimulationError}
+ *   (`plugin_timeout`, `resource_exhausted`); every Worker is terminated. A
+ *   Worker spinning in user code cannot be terminated in Deno: the caller
+ *   must then end the process (the command-line tools do).
  * @throws {UsageError} when the plugin fails to load.
  */
 export function runOnWorkers(
   tasks: readonly PoolTask[],
   options: WorkerPoolOptions = {},
 ): Promise<RunResult[]> {
-  const size = Math.max(1, Math.min(options.workers ?? navigator.hardwareConcurrency, tasks.length));
-  const timeoutMs = options.pluginTimeoutMs ?? DEFAULT_PLUGIN_TIMEOUT_MS;
-  const results = new Array<RunResult>(tasks.length);
-  const all: SimulationWorker[] = [];
-  const slots = Array.from({ length: size }, () =>
-    ({ plain: undefined, plugin: undefined }) as {
-      plain?: SimulationWorker;
-      plugin?: SimulationWorker;
-    });
-  let next = 0, done = 0, finished = false;
-  return new Promise<RunResult[]>((resolve, reject) => {
-    let watchdog: ReturnType<typeof setInterval> | undefined;
-    const finish = (error?: Error) => {
-      if (finished) return;
-      finished = true;
-      clearInterval(watchdog);
-      for (const w of all) w.terminate();
-      options.signal?.removeEventListener("abort", onAbort);
-      if (error) reject(error);
-      else resolve(results);
-    };
-    const onAbort = () => finish(new DOMException("sweep interrupted", "AbortError"));
-    options.signal?.addEventListener("abort", onAbort);
-    if (options.signal?.aborted) return onAbort();
-    if (tasks.length === 0) return finish();
-
-    const workerFor = (slot: typeof slots[number], plugin: boolean): SimulationWorker => {
-      const key = plugin ? "plugin" : "plain";
-      const existing = slot[key];
-      if (existing) return existing;
-      if (plugin && options.plugin === undefined) {
-        throw new TypeError("a task names a plugin but the pool has none");
-      }
-      const w = new SimulationWorker(plugin ? options.plugin : undefined, options.readPaths ?? []);
-      w.ready.catch(finish);
-      w.onCrash = (message) => {
-        const actor = w.plugin ? pluginActor(w.plugin) : "simulation Worker";
-        finish(new SimulationError("worker_crashed", message, { actor }));
-      };
-      all.push(w);
-      slot[key] = w;
-      return w;
-    };
-    const feed = (slot: typeof slots[number]) => {
-      if (finished || next >= tasks.length) return;
-      const id = next++;
-      const w = workerFor(slot, tasks[id].pluginUrl !== undefined);
-      w.onReply = (reply) => {
-        if (finished) return;
-        // One answer per run given, for that run, of the right shape; anything else is a fault.
-        if ((reply as { id?: unknown })?.id !== w.task || !(reply.type === "error" || isRunResult(reply))) {
-          return finish(
-            new SimulationError("actor_threw", `a simulation Worker answered out of turn for run ${w.task}`, {
-              actor: w.plugin ? pluginActor(w.plugin) : "simulation Worker",
-            }),
-          );
-        }
-        w.task = -1;
-        if (reply.type === "error") return finish(replyError(reply, w.plugin, tasks.length > 1));
-        results[reply.id] = reply.result;
-        options.onWallMs?.(reply.id, reply.wallMs);
-        done++;
-        options.onProgress?.(done, reply.result, reply.id);
-        if (done === tasks.length) finish();
-        else feed(slot);
-      };
-      w.ready.then(() => finished || w.run(id, tasks[id].config), () => {});
-    };
-    for (const slot of slots) feed(slot);
-
-    if (options.plugin !== undefined) {
-      watchdog = setInterval(() => {
-        const now = performance.now();
-        for (const w of all) {
-          if (w.plugin === undefined) continue;
-          const verdict = watchdogVerdict(w, now, timeoutMs);
-          if (verdict) return finish(verdict);
-        }
-        const verdict = memoryVerdict(options.plugin!);
-        if (verdict) finish(verdict);
-      }, pollIntervalMs(timeoutMs));
-    }
-  });
+  return new Promise<RunResult[]>((resolve, reject) => new PoolRun(tasks, options, resolve, reject).start());
 }
