@@ -18,6 +18,7 @@ import {
   WorkerRuntime,
 } from "./runtime/worker_runtime.ts";
 import type { RunResult } from "./simulation.ts";
+import { reviveTraceFormatError } from "./trace_reader.ts";
 import {
   buildMetrics,
   checkConservation,
@@ -144,12 +145,18 @@ export async function simulateRealtime(
 /** A factory of actors/actor_factories.ts, by name. */
 type FactoryName = keyof typeof Factories;
 
-/** The spec of an actor a Worker builds with `factory(...args)`: the name and the arguments are type-checked. */
+/** The error classes our own actors may throw in a Worker, rebuilt on this side (a plugin's Worker gets none). */
+const OUR_ERRORS = { TraceFormatError: reviveTraceFormatError };
+
+/**
+ * The spec of one of our actors that a Worker builds with `factory(...args)`:
+ * the name and the arguments are type-checked, and its errors keep their class.
+ */
 function remote<K extends FactoryName>(
   factory: K,
   args: Parameters<typeof Factories[K]>,
-): Pick<RemoteActorSpec, "entry" | "factory" | "args"> {
-  return { entry: ENTRY, factory, args };
+): Pick<RemoteActorSpec, "entry" | "factory" | "args" | "revivers"> {
+  return { entry: ENTRY, factory, args, revivers: OUR_ERRORS };
 }
 
 /**
@@ -204,6 +211,7 @@ function pluginSandbox(
       read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
     },
     label: `plugin ${plugin.split("/").pop()}`,
+    revivers: undefined, // the plugin's code runs there: its word is not taken
     timeoutMs: options.pluginTimeoutMs ?? 5000,
     timeoutKind: "plugin_timeout",
     describe: describeRouted,

@@ -4,6 +4,7 @@
  * 512-token blocks) and Azure LLM inference CSV (no prefix information).
  * Lines are read one buffer at a time, never the whole file.
  */
+import type { ErrorReviver } from "./runtime/simulation_error.ts";
 import type { Request } from "./protocol.ts";
 import type { TraceGeneratorOptions } from "./trace_generator.ts";
 
@@ -69,6 +70,21 @@ export class TraceFormatError extends Error {
     this.name = "TraceFormatError";
   }
 }
+
+/**
+ * Rebuilds a {@linkcode TraceFormatError} that crossed a Worker boundary as
+ * data (`errorToData`), for `errorFromData`'s revivers.
+ */
+export const reviveTraceFormatError: ErrorReviver = ({ fields, message }) => {
+  const { file, line } = fields;
+  if (typeof file !== "string" || typeof line !== "number") return undefined;
+  const prefix = `${file}:${line}: `;
+  return new TraceFormatError(
+    file,
+    line,
+    message.startsWith(prefix) ? message.slice(prefix.length) : message,
+  );
+};
 
 /** One request as a trace describes it (arrival relative to the trace's first request). */
 export type TraceRequest = Omit<Request, "id">;

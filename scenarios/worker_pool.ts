@@ -18,7 +18,7 @@ import {
   type SimulationErrorKind,
 } from "../actors/runtime/simulation_error.ts";
 import { NO_PERMISSIONS } from "../actors/runtime/worker_runtime.ts";
-import { TraceFormatError, TraceReader } from "../actors/trace_reader.ts";
+import { reviveTraceFormatError, TraceFormatError, TraceReader } from "../actors/trace_reader.ts";
 import type { SimulationWorkerCommand, SimulationWorkerReply } from "./simulation_worker.ts";
 import { UsageError } from "./usage_error.ts";
 import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
@@ -275,16 +275,7 @@ function isRunResult(
 
 /** Classes of the errors a run may throw that the runtime's {@linkcode errorFromData} cannot import. */
 const REVIVERS: Readonly<Record<string, ErrorReviver>> = {
-  TraceFormatError: ({ fields, message }) => {
-    const { file, line } = fields;
-    if (typeof file !== "string" || typeof line !== "number") return undefined;
-    const prefix = `${file}:${line}: `;
-    return new TraceFormatError(
-      file,
-      line,
-      message.startsWith(prefix) ? message.slice(prefix.length) : message,
-    );
-  },
+  TraceFormatError: reviveTraceFormatError,
   UsageError: ({ message }) => new UsageError(message),
 };
 

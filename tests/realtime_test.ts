@@ -6,9 +6,11 @@ import {
   assertGreater,
   assertRejects,
   assertStringIncludes,
+  assertThrows,
 } from "@std/assert";
 import { simulateRealtime } from "../actors/realtime_simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
+import { TraceFormatError } from "../actors/trace_reader.ts";
 import { type RunResult, simulate } from "../actors/simulation.ts";
 import { systemWallTime } from "../scenarios/wall_time.ts";
 import { scenario } from "./_scenarios.ts";
@@ -143,4 +145,21 @@ Deno.test("aborting a realtime run terminates it promptly with an AbortError", a
   setTimeout(() => abort.abort(), 300);
   const error = await run.catch((e) => e);
   assert(error instanceof DOMException && error.name === "AbortError", String(error));
+});
+
+Deno.test("realtime: a malformed trace read in the source's Worker fails the run as in-process, its error class kept", async () => {
+  const path = new URL("./fixtures/mooncake_malformed.jsonl", import.meta.url).pathname;
+  const config = scenario({
+    instances: { model: "batching" },
+    workload: { trace: { path, format: "mooncake" } },
+  });
+  const inProcess = assertThrows(() => simulate(config), SimulationError);
+  const error = await assertRejects(
+    () => simulateRealtime(config, { speed: 1000, wallTime: systemWallTime }),
+    SimulationError,
+  );
+  assertEquals(error.kind, inProcess.kind);
+  assert(error.cause instanceof TraceFormatError, `cause: ${error.cause}`);
+  assertEquals((error.cause as TraceFormatError).message, (inProcess.cause as TraceFormatError).message);
+  assertEquals([error.cause.file, error.cause.line], [path, 7]);
 });

@@ -12,7 +12,7 @@
 /// <reference lib="deno.worker" />
 import type { Actor, ActorContext, ActorRef, Message, TimerId } from "./kernel.ts";
 import { createRandomStream, type RandomStream } from "./random_stream.ts";
-import { SimulationError } from "./simulation_error.ts";
+import { errorToData, SimulationError } from "./simulation_error.ts";
 import type { HostCommand, HostReply, Outgoing } from "./worker_runtime.ts";
 
 class HostContext implements ActorContext<Message> {
@@ -115,7 +115,12 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
       );
       reply({ type: "ready", actor: command.actor, about: described ? built.about : undefined });
     } catch (error) {
-      reply({ type: "spawn_failed", actor: command.actor, message: errorText(error) });
+      reply({
+        type: "spawn_failed",
+        actor: command.actor,
+        message: errorText(error),
+        error: errorToData(error),
+      });
     }
   };
 
@@ -131,7 +136,7 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
     } catch (error) {
       const kind = error instanceof SimulationError ? error.kind : "actor_threw";
       const message = error instanceof SimulationError ? error.detail : errorText(error);
-      reply({ type: "failed", kind, message });
+      reply({ type: "failed", kind, message, error: errorToData(error) });
     }
   };
 }

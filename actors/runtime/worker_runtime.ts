@@ -16,7 +16,13 @@ import {
   type Message,
   type TimerId,
 } from "./kernel.ts";
-import { SimulationError, type SimulationErrorKind } from "./simulation_error.ts";
+import {
+  type ErrorData,
+  errorFromData,
+  type ErrorReviver,
+  SimulationError,
+  type SimulationErrorKind,
+} from "./simulation_error.ts";
 import type { WallClock, WallTime } from "./wall_clock.ts";
 import { type Clock, SYNCHRONIZED, type SyncStatus } from "./clock.ts";
 
@@ -47,9 +53,19 @@ export type Outgoing =
 export type HostReply =
   | { readonly type: "building"; readonly actor: number }
   | { readonly type: "ready"; readonly actor: number; readonly about?: string }
-  | { readonly type: "spawn_failed"; readonly actor: number; readonly message: string }
+  | {
+    readonly type: "spawn_failed";
+    readonly actor: number;
+    readonly message: string;
+    readonly error?: ErrorData;
+  }
   | { readonly type: "handled"; readonly outbox: readonly Outgoing[] }
-  | { readonly type: "failed"; readonly kind: SimulationErrorKind; readonly message: string }
+  | {
+    readonly type: "failed";
+    readonly kind: SimulationErrorKind;
+    readonly message: string;
+    readonly error?: ErrorData;
+  }
   | { readonly type: "crashed"; readonly message: string };
 
 /** Where and how to run one actor in a Worker. */
@@ -86,6 +102,16 @@ export interface RemoteActorSpec {
    * plugin forges on its Worker's channel — fails the run, naming the actor.
    */
   readonly mayEmit?: (out: Outgoing) => boolean;
+  /**
+   * Marks the Worker as running our own code, and names the error classes
+   * (beyond JavaScript's, Deno's and {@linkcode SimulationError}) it may
+   * throw: its errors then arrive as thrown — a factory's as is, a handler's
+   * as the cause of the run's `actor_threw` — so a malformed trace read in a
+   * Worker ends the run as it would in the host. Absent (a plugin's Worker,
+   * whose word is not taken): only the message and a SimulationError's kind
+   * cross. @default untrusted
+   */
+  readonly revivers?: Readonly<Record<string, ErrorReviver>>;
 }
 
 /** A Worker's permissions with everything denied; spread it and grant `read` where needed. */
@@ -446,11 +472,15 @@ export class WorkerRuntime {
           proxy.about = reply.about;
           this.#spawning--;
         } else {
+          const cause = this.#revive(proxy, reply.error);
           this.#fail(
-            new SimulationError("actor_threw", `could not start: ${reply.message}`, {
-              actor: proxy.name,
-              timeMs: this.kernel.nowMs,
-            }),
+            cause !== undefined && !(cause instanceof SimulationError)
+              ? cause
+              : new SimulationError("actor_threw", `could not start: ${reply.message}`, {
+                actor: proxy.name,
+                timeMs: this.kernel.nowMs,
+                cause,
+              }),
           );
         }
         break;
@@ -465,7 +495,13 @@ export class WorkerRuntime {
       case "failed": {
         const delivery = host.pending.shift();
         if (delivery === undefined) return this.#crash(host, reply.message);
-        this.#failAt(delivery.proxy, delivery, reply.kind, reply.message);
+        this.#failAt(
+          delivery.proxy,
+          delivery,
+          reply.kind,
+          reply.message,
+          this.#revive(delivery.proxy, reply.error),
+        );
         break;
       }
       case "crashed":
@@ -550,14 +586,22 @@ export class WorkerRuntime {
     delivery: PendingDelivery | undefined,
     kind: SimulationErrorKind,
     detail: string,
+    cause?: Error,
   ): void {
     this.#fail(
       new SimulationError(kind, detail, {
         actor: proxy.name,
         messageType: delivery?.message.type,
         timeMs: delivery?.timeMs ?? this.kernel.nowMs,
+        cause: cause instanceof SimulationError ? cause.cause : cause,
       }),
     );
+  }
+
+  /** The error a trusted Worker's reply describes, rebuilt; undefined for an untrusted one (or none given). */
+  #revive(proxy: RemoteProxy, data: ErrorData | undefined): Error | undefined {
+    const revivers = proxy.spec.revivers;
+    return revivers === undefined || data === undefined ? undefined : errorFromData(data, revivers);
   }
 
   #awaitingReply(): boolean {
