@@ -16,6 +16,7 @@ import {
 import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
 import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
+import { instanceModel, MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
@@ -155,6 +156,11 @@ const policy = z.preprocess(
   ),
 ).transform((p) => p as PolicySpec).prefault({});
 
+/** The models whose cache counts `unit`, quoted: `"batching"`, or `"a" or "b"`. */
+function modelsCaching(unit: "groups" | "blocks"): string {
+  return MODELS.filter((m) => m.cacheUnit === unit).map((m) => `"${m.name}"`).join(" or ");
+}
+
 /**
  * The scenario schema with every default. Defaults put the default scenario in
  * the original study's operational regime (design.md, "Default scenario").
@@ -176,7 +182,7 @@ export const scenarioSchema = z.strictObject({
     serviceTime: z.enum(["deterministic", "exponential"]).default("deterministic"),
     cacheCapacity: count(0).default(16),
     maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
-    model: z.enum(["fifo", "batching"]).default("fifo"),
+    model: z.enum(MODEL_NAMES).default(MODEL_NAMES[0]),
     engine: z.strictObject({
       preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
       stepMs: z.number().min(0).optional(),
@@ -225,21 +231,24 @@ export const scenarioSchema = z.strictObject({
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
   const trace = s.workload.trace;
-  if (trace?.format === "mooncake" && s.instances.model !== "batching") {
+  const cachesBlocks = instanceModel(s.instances.model).cacheUnit === "blocks";
+  if (trace?.format === "mooncake" && !cachesBlocks) {
     ctx.addIssue({
       code: "custom",
       path: ["instances", "model"],
-      message:
-        'expected "batching": a Mooncake trace has block-level prefixes, which only the batching model uses',
+      message: `expected ${
+        modelsCaching("blocks")
+      }: a Mooncake trace has block-level prefixes, which only a model caching KV blocks uses`,
     });
   }
   const sessions = s.workload.sessions;
-  if (sessions && s.instances.model !== "batching") {
+  if (sessions && !cachesBlocks) {
     ctx.addIssue({
       code: "custom",
       path: ["instances", "model"],
-      message:
-        'expected "batching": multi-turn sessions reuse partial prefixes, which only the batching model tracks',
+      message: `expected ${
+        modelsCaching("blocks")
+      }: multi-turn sessions reuse partial prefixes, which only a model caching KV blocks tracks`,
     });
   }
   if (sessions && sessions.keyTokens % s.instances.engine.blockTokens !== 0) {
@@ -339,16 +348,22 @@ function unusedSetting(
   config: SimulationConfig,
 ): { path: string[]; reason: string } | undefined {
   const given = (path: string[]) => valueAt(input, path) !== undefined;
-  if (config.instances.model !== "batching" && given(["instances", "engine"])) {
+  // The engine drives the models that cache KV blocks; cacheCapacity (in prefix groups) the others.
+  const cachesBlocks = instanceModel(config.instances.model).cacheUnit === "blocks";
+  if (!cachesBlocks && given(["instances", "engine"])) {
     return {
       path: ["instances", "engine"],
-      reason: `used only by instances.model "batching" (this run's model is "fifo")`,
+      reason: `used only by instances.model ${
+        modelsCaching("blocks")
+      } (this run's model is "${config.instances.model}")`,
     };
   }
-  if (config.instances.model === "batching" && given(["instances", "cacheCapacity"])) {
+  if (cachesBlocks && given(["instances", "cacheCapacity"])) {
     return {
       path: ["instances", "cacheCapacity"],
-      reason: "used only by the FIFO model; the batching model's cache is instances.engine.kvBlocks",
+      reason: `used only by instances.model ${
+        modelsCaching("groups")
+      }; the ${config.instances.model} model's cache is instances.engine.kvBlocks`,
     };
   }
   if (config.workload.trace) {

@@ -85,7 +85,10 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     ],
     [["--model", "gpu"], '--model: expected one of "fifo", "batching"'],
     [["--preset", "llama-3.1-8b"], '--preset: used only by instances.model "batching"'],
-    [["--model", "batching", "--cache-capacity", "4"], "--cache-capacity: used only by the FIFO model"],
+    [
+      ["--model", "batching", "--cache-capacity", "4"],
+      '--cache-capacity: used only by instances.model "fifo"',
+    ],
     [
       ["--trace", "tests/fixtures/azure_sample.csv", "--zipf", "2"],
       "--zipf: not used when workload.trace replays a trace",
