@@ -15,7 +15,7 @@ import { parseFlags, runCommand } from "./command_line.ts";
 import { parseScenario } from "./scenario.ts";
 import { UsageError } from "./usage_error.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
-import { runPluginScenario } from "./run.ts";
+import { runPluginScenario } from "./run_scenario.ts";
 import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { traceChunks, TraceTally } from "./trace_gen.ts";

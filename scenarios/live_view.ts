@@ -7,7 +7,7 @@
 import type { MetricsCollector } from "../actors/metrics_collector.ts";
 import type { AnyMessage } from "../actors/protocol.ts";
 import type { Message } from "../actors/runtime/kernel.ts";
-import { formatMetric } from "./run_report.ts";
+import { formatMetric } from "./report/run_report.ts";
 
 const WINDOW = 500;
 

@@ -20,7 +20,7 @@ import { openTrace } from "../actors/trace_source.ts";
 import { LiveView } from "./live_view.ts";
 import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin } from "./router_plugin.ts";
-import { formatMetric, formatReport } from "./run_report.ts";
+import { formatMetric, formatReport } from "./report/run_report.ts";
 import { UsageError } from "./usage_error.ts";
 import { memoryVerdict } from "./worker_pool.ts";
 import { systemWallTime } from "./wall_time.ts";
@@ -118,19 +118,39 @@ export function formatLag(result: RealtimeResult, toleranceMs: number): string {
   return lines.join("\n");
 }
 
+/** The parsed flags of `deno task realtime`. */
+type RealtimeFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
+
+/** What `deno task realtime` is asked to run: its settings, scenario and plugin, checked. */
+async function realtimeSettings(values: RealtimeFlags) {
+  const speed = positive("--speed", values.speed, 5);
+  const tolerance = positive("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
+  const handlerTimeoutMs = positive("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
+  const config = await configFromFlags(values);
+  checkSpeed(speed, values.speed, config);
+  const pluginTimeout = pluginTimeoutMs(values);
+  const plugin = values.router
+    ? await loadRouterPlugin(values.router, { timeoutMs: pluginTimeout, baseDir: callerDirectory() })
+    : undefined;
+  return { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin };
+}
+
+/** The one line an interrupted run ends with: how long it ran and what it had measured. */
+function interruptedLine(live: LiveHandles | undefined, wallMs: number): string {
+  const s = live?.metrics.summary();
+  return `interrupted after ${(wallMs / 1000).toFixed(1)} s wall: ${s?.completed ?? 0} requests completed, ` +
+    `TTFT mean ${formatMetric(s?.ttftMeanMs ?? null, 1, " ms")}, p99 ${
+      formatMetric(s?.ttftP99Ms ?? null, 1, " ms")
+    }, hit rate ${formatMetric(s?.hitRate ?? null, 3)}; every Worker terminated`;
+}
+
 if (import.meta.main) {
   await runCommand(async () => {
     const { values } = parseFlags(Deno.args, OPTIONS);
     if (values.help) return console.log(HELP);
-    const speed = positive("--speed", values.speed, 5);
-    const tolerance = positive("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
-    const handlerTimeoutMs = positive("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
-    const config = await configFromFlags(values);
-    checkSpeed(speed, values.speed, config);
-    const pluginTimeout = pluginTimeoutMs(values);
-    const plugin = values.router
-      ? await loadRouterPlugin(values.router, { timeoutMs: pluginTimeout, baseDir: callerDirectory() })
-      : undefined;
+    const { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin } = await realtimeSettings(
+      values,
+    );
 
     const name = plugin
       ? `plugin ${plugin.name}`
@@ -187,15 +207,7 @@ if (import.meta.main) {
       clearInterval(timer);
       clearInterval(memoryWatch);
       if (error instanceof DOMException && error.name === "AbortError") {
-        const s = live?.metrics.summary();
-        console.error(
-          `interrupted after ${((performance.now() - start) / 1000).toFixed(1)} s wall: ${
-            s?.completed ?? 0
-          } requests completed, ` +
-            `TTFT mean ${formatMetric(s?.ttftMeanMs ?? null, 1, " ms")}, p99 ${
-              formatMetric(s?.ttftP99Ms ?? null, 1, " ms")
-            }, hit rate ${formatMetric(s?.hitRate ?? null, 3)}; every Worker terminated`,
-        );
+        console.error(interruptedLine(live, performance.now() - start));
         Deno.exit(130);
       }
       throw error;

@@ -2,12 +2,11 @@
  * @module
  * `deno task run`: simulate one scenario and print a table (or JSON).
  */
-import { type RunProgress, simulate, type SimulationConfig } from "../actors/simulation.ts";
 import { expectedRequests, runProgress } from "./run_progress.ts";
-import { formatReport, type RunReport } from "./run_report.ts";
+import { formatReport } from "./report/run_report.ts";
 import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
-import { runOnWorkers } from "./worker_pool.ts";
+import { loadRouterPlugin } from "./router_plugin.ts";
+import { runPluginScenario, runScenario } from "./run_scenario.ts";
 import {
   configFromFlags,
   parseFlags,
@@ -25,36 +24,6 @@ longer than a second shows its progress on stderr: a bar on a terminal, else
 
 ${SCENARIO_FLAGS_HELP}
   --progress             show progress on stderr even when it is not a terminal`;
-
-/** Simulates `config` with its built-in policy, in this thread, and times it. */
-export function runScenario(
-  config: SimulationConfig,
-  onProgress?: (progress: RunProgress) => void,
-): RunReport {
-  const start = performance.now();
-  const result = simulate(config, { onProgress });
-  return { ...result, wallMs: performance.now() - start, scenario: config };
-}
-
-/**
- * Simulates `config` with a router plugin, in a sandboxed Worker watched for
- * hangs (see scenarios/worker_pool.ts); `wallMs` is the simulation's time there.
- */
-export async function runPluginScenario(
-  config: SimulationConfig,
-  plugin: RouterPlugin,
-  timeoutMs: number,
-): Promise<RunReport> {
-  let wallMs = 0;
-  const [result] = await runOnWorkers([{ config, pluginUrl: plugin.url }], {
-    workers: 1,
-    plugin,
-    pluginTimeoutMs: timeoutMs,
-    readPaths: config.workload.trace?.path !== undefined ? [config.workload.trace.path] : [],
-    onWallMs: (_, ms) => wallMs = ms,
-  });
-  return { ...result, wallMs, scenario: config };
-}
 
 if (import.meta.main) {
   await runCommand(async () => {

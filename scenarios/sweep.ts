@@ -8,23 +8,26 @@ import process from "node:process";
 import cliProgress from "cli-progress";
 import { join } from "node:path";
 import type { RunResult } from "../actors/simulation.ts";
-import { writeFilesAtomic } from "./atomic_write.ts";
 import { oneLine, parseFlags, pluginTimeoutMs, runCommand } from "./command_line.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
 import { readJsonFile } from "./scenario.ts";
-import { studyCharts, toPng } from "./plots.ts";
-import { reportHtml } from "./report.ts";
-import { analyse, formatHeader, formatSummary, STRATEGIES } from "./study_findings.ts";
-import { formatComparison } from "./comparison_summary.ts";
 import { checkSweepInputs, parseSweep, type Sweep } from "./sweep_spec.ts";
-import { assertInsideResults, makeDirectoryInside, outputDirectory, SWEEPS_DIR } from "./output_directory.ts";
-import { OutputLock } from "./output_lock.ts";
+import { outputDirectory, SWEEPS_DIR } from "./output_directory.ts";
+import type { OutputLock } from "./output_lock.ts";
 import { watchParent } from "./parent_watch.ts";
-import { journalHeader, JournalWriter, readJournal, shardPoints } from "./sweep_journal.ts";
+import { type JournalHeader, journalHeader, shardPoints } from "./sweep_journal.ts";
 import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin } from "./router_plugin.ts";
-import { summarise, toCsv } from "./sweep_summary.ts";
+import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
+import {
+  lockOutput,
+  type OpenJournal,
+  openJournal,
+  resultsInRunOrder,
+  type Shard,
+  WHOLE,
+  writeSweepOutputs,
+} from "./sweep_directory.ts";
 import { UsageError } from "./usage_error.ts";
 import { runOnWorkers } from "./worker_pool.ts";
 
@@ -68,25 +71,8 @@ const OPTIONS = {
   help: { type: "boolean", short: "h" },
 } as const;
 
-/** Every file a sweep writes, as text or bytes, by path relative to the output directory. */
-export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<string, string | Uint8Array> {
-  const rows = summarise(sweep, results);
-  const study = analyse(sweep, rows);
-  const requests = results.reduce((a, r) => a + r.requests, 0);
-  const isStudy = STRATEGIES.every((s) => sweep.variants.some((v) => v.label === s));
-  const summary =
-    (isStudy
-      ? formatSummary(sweep, study, results.length, requests)
-      : formatHeader(sweep, results.length, requests)) +
-    formatComparison(sweep, rows);
-  const charts = studyCharts(rows, study, sweep);
-  const files = new Map<string, string | Uint8Array>();
-  files.set("sweep_summary.csv", toCsv(sweep, rows));
-  files.set("summary.txt", summary);
-  for (const chart of charts) files.set(`plots/${chart.file}`, toPng(chart.svg));
-  files.set("report.html", reportHtml("request-routing-sim — routing study", summary, charts));
-  return files;
-}
+/** The flags as parsed. */
+type Flags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
 
 /**
  * Progress on stderr: a bar on a terminal, a line every 10% otherwise.
@@ -143,8 +129,8 @@ function progressReporter(sweep: Sweep, todo: readonly number[]) {
 }
 
 /** Parses `--shard i/n`. */
-function parseShard(raw: string | undefined): { index: number; count: number } {
-  if (raw === undefined) return { index: 1, count: 1 };
+function parseShard(raw: string | undefined): Shard {
+  if (raw === undefined) return WHOLE;
   const m = /^(\d+)\/(\d+)$/.exec(raw);
   const index = m ? Number(m[1]) : NaN, count = m ? Number(m[2]) : NaN;
   if (!(count >= 1 && index >= 1 && index <= count)) {
@@ -153,254 +139,273 @@ function parseShard(raw: string | undefined): { index: number; count: number } {
   return { index, count };
 }
 
+/** Parses `--workers N`: the number of cores when not given. */
+function parseWorkers(raw: string | undefined): number {
+  if (raw === undefined) return navigator.hardwareConcurrency;
+  const workers = Number(raw);
+  if (!Number.isInteger(workers) || workers < 1 || workers > MAX_WORKERS) {
+    throw new UsageError(
+      `--workers: expected an integer >= 1 and <= ${MAX_WORKERS} (4 × ${navigator.hardwareConcurrency} cores), ` +
+        `got "${raw}"`,
+    );
+  }
+  return workers;
+}
+
+/** A sweep as its flags give it: checked, expanded, with its share of the points and where it writes. */
+interface SweepSetup {
+  readonly sweep: Sweep;
+  /** What its journal records: the spec, plugin, shard and its points. */
+  readonly header: JournalHeader;
+  readonly workers: number;
+  readonly plugin?: RouterPlugin;
+  readonly pluginTimeoutMs: number;
+  /** The output directory (checked, not yet created). */
+  readonly out: string;
+}
+
 /**
- * Writes a sweep's files under `out` (see {@linkcode sweepOutputs}): its
- * directories stay inside `results/`, and every file is replaced only once
- * all are written, so a failure leaves the previous results as they were.
+ * Reads the flags, the plugin and the sweep file; checks the sweep and what
+ * its runs read, and picks its output directory.
+ * @throws {UsageError} for a bad flag, sweep file, trace or output directory.
  */
-export async function writeSweepOutputs(
-  out: string,
-  files: ReadonlyMap<string, string | Uint8Array>,
+async function setUp(values: Flags): Promise<SweepSetup> {
+  if (values.quick && values.spec) throw new UsageError("--quick and --spec: give one or the other");
+  const workers = parseWorkers(values.workers);
+  if (values.resume && values.fresh) throw new UsageError("--resume and --fresh: give one or the other");
+  const shard = parseShard(values.shard);
+  const timeoutMs = pluginTimeoutMs(values);
+  const plugin = values.router
+    ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
+    : undefined;
+  const pluginInfo = plugin && { name: plugin.name, url: plugin.url };
+  const specPath = values.quick
+    ? join(SWEEPS_DIR, "quick.json")
+    : values.spec ?? join(SWEEPS_DIR, "default.json");
+  const spec = await readJsonFile(specPath, "--spec");
+  const sweep = parseSweep(spec, pluginInfo);
+  const header = journalHeader(
+    spec,
+    shard,
+    shardPoints(sweep.points.length, shard.index, shard.count),
+    pluginInfo,
+  );
+  await checkSweepInputs(sweep);
+  // Never over a committed study but its own (the quick preset, a plugin sweep: their own homes).
+  const out = await outputDirectory({
+    out: values.out,
+    specHash: header.specHash,
+    plugin: values.router,
+    specFile: specPath,
+  });
+  return { sweep, header, workers, plugin, pluginTimeoutMs: timeoutMs, out };
+}
+
+/**
+ * What stops a sweep: Ctrl-C, or the process that started it vanishing
+ * (`kill -9` of the `deno task` wrapper orphans this one). Either aborts
+ * the runs; during the final write, it waits for the write to finish.
+ */
+class Interrupts {
+  readonly #abort = new AbortController();
+  readonly #stopWatchingParent: () => void;
+  readonly #onInterrupt = () => {
+    if (this.writing) this.interruptedWhileWriting = true;
+    else this.#abort.abort();
+  };
+  /** Whether the final write has begun (it is finished even if interrupted). */
+  writing = false;
+  /** Whether an interrupt came during the final write. */
+  interruptedWhileWriting = false;
+  /** What stopped the sweep, for the message. */
+  why = "interrupted";
+
+  constructor() {
+    Deno.addSignalListener("SIGINT", this.#onInterrupt);
+    this.#stopWatchingParent = watchParent(() => {
+      this.why = "interrupted (the process that started this sweep is gone)";
+      this.#onInterrupt();
+    });
+  }
+
+  /** Aborted on an interrupt (or by {@linkcode Interrupts.abort}). */
+  get signal(): AbortSignal {
+    return this.#abort.signal;
+  }
+
+  /** Aborts the runs (a journal that cannot be written stops the sweep). */
+  abort(): void {
+    this.#abort.abort();
+  }
+
+  /** Stops listening. */
+  stop(): void {
+    Deno.removeSignalListener("SIGINT", this.#onInterrupt);
+    this.#stopWatchingParent();
+  }
+}
+
+/** The runs a sweep simulated: their indexes in `sweep.runs`, their results, and the time they took. */
+interface Simulated {
+  readonly todo: readonly number[];
+  readonly finished: readonly (RunResult | undefined)[];
+  readonly seconds: number;
+}
+
+/**
+ * Simulates the runs of the sweep's points that the journal lacks, recording
+ * each point in the journal as its last run finishes.
+ * @throws the pool's error: an `AbortError` on an interrupt, a `SimulationError` for a failed run.
+ */
+async function simulatePoints(
+  setup: SweepSetup,
+  journal: OpenJournal,
+  interrupts: Interrupts,
+): Promise<Simulated> {
+  const { sweep, header } = setup, done = journal.done;
+  const mine = new Set(header.points);
+  const todo = sweep.runs.map((_, i) => i).filter((i) =>
+    mine.has(sweep.runs[i].point) && !done.has(sweep.runs[i].point)
+  );
+  const pointRuns = new Map<number, number[]>();
+  sweep.runs.forEach((run, i) => {
+    if (mine.has(run.point)) pointRuns.set(run.point, [...(pointRuns.get(run.point) ?? []), i]);
+  });
+  const finished: (RunResult | undefined)[] = new Array(sweep.runs.length);
+  const left = new Map<number, number>();
+  for (const i of todo) left.set(sweep.runs[i].point, (left.get(sweep.runs[i].point) ?? 0) + 1);
+  let writes = Promise.resolve();
+  journal.writer.onFailure = () => interrupts.abort(); // a full disk stops the sweep; the error is reported after
+  const start = performance.now();
+  const progress = progressReporter(sweep, todo);
+  try {
+    await runOnWorkers(todo.map((i) => sweep.runs[i]), {
+      workers: setup.workers,
+      signal: interrupts.signal,
+      plugin: setup.plugin,
+      pluginTimeoutMs: setup.pluginTimeoutMs,
+      readPaths: [...new Set(todo.flatMap((i) => sweep.runs[i].config.workload.trace?.path ?? []))],
+      onProgress: (count, result, k) => {
+        const run = todo[k];
+        finished[run] = result;
+        progress.update(count, run);
+        const point = sweep.runs[run].point;
+        const remaining = left.get(point)! - 1;
+        left.set(point, remaining);
+        if (remaining === 0) {
+          const runs = pointRuns.get(point)!.map((i) => finished[i]!);
+          done.set(point, runs);
+          writes = writes.then(() => journal.writer.add({ point, runs }));
+        }
+      },
+    });
+    await writes;
+  } finally {
+    progress.stop();
+    await writes.catch(() => {});
+    journal.writer.close();
+  }
+  if (journal.writer.failure !== undefined) throw journal.writer.failure;
+  return { todo, finished, seconds: (performance.now() - start) / 1000 };
+}
+
+/**
+ * Ends a sweep whose runs failed or were interrupted: the journal keeps the
+ * finished points for `--resume`, and the previous results stay untouched.
+ * Exits 130 for an interrupt, 1 for a failed run; rethrows anything else.
+ */
+function stopFailed(error: unknown, setup: SweepSetup, journal: OpenJournal, interrupts: Interrupts): never {
+  if (journal.writer.failure !== undefined) throw journal.writer.failure;
+  const recorded =
+    `${journal.done.size} of ${setup.header.points.length} points are recorded in ${journal.path}`;
+  if (error instanceof DOMException && error.name === "AbortError") {
+    console.error(
+      `${interrupts.why}: ${recorded}; run the same command with --resume to finish. ` +
+        `Previous results in ${setup.out}/ are untouched`,
+    );
+    Deno.exit(130);
+  }
+  if (error instanceof SimulationError && !(error.cause instanceof TraceFormatError)) {
+    // A failed run (a plugin's fault, say) ends the sweep as Ctrl-C does: the journal is kept.
+    console.error(
+      `run failed: ${oneLine(error.message)}; ${recorded} ` +
+        `(after fixing the cause, run the same command with --resume). Previous results in ${setup.out}/ are untouched`,
+    );
+    Deno.exit(1);
+  }
+  throw error;
+}
+
+/** `N k requests/s` over the runs simulated. */
+function simulatedRate(simulated: Simulated): string {
+  const requests = simulated.todo.reduce((a, i) => a + simulated.finished[i]!.requests, 0);
+  return `${(requests / simulated.seconds / 1000).toFixed(0)}k requests/s`;
+}
+
+/**
+ * Writes the sweep's outputs from every point's results, then removes the
+ * journal, which they now hold, and releases the lock.
+ */
+async function writeResults(
+  setup: SweepSetup,
+  journal: OpenJournal,
+  simulated: Simulated,
+  { interrupts, lock, start }: { interrupts: Interrupts; lock: OutputLock; start: number },
 ): Promise<void> {
-  await makeDirectoryInside(join(out, "plots"), join(out, "plots"));
-  await writeFilesAtomic(new Map([...files].map(([path, data]) => [join(out, path), data])));
+  const { sweep, out } = setup;
+  interrupts.writing = true; // finish writing even if interrupted: every file is replaced atomically
+  const results = resultsInRunOrder(sweep, journal.done);
+  await writeSweepOutputs(out, sweep, results);
+  await Deno.remove(journal.path);
+  interrupts.stop();
+  lock.release();
+  if (interrupts.interruptedWhileWriting) {
+    console.error(
+      `interrupted while writing: the write was finished first, so ${out}/ holds complete new results`,
+    );
+    Deno.exit(130);
+  }
+  const requests = results.reduce((a, r) => a + r.requests, 0);
+  const wall = (performance.now() - start) / 1000;
+  const used = Math.min(setup.workers, simulated.todo.length); // the pool starts no more Workers than runs
+  console.error(
+    `sweep done: ${sweep.runs.length} runs, ${requests.toLocaleString("en-US")} requests on ${used} worker${
+      used === 1 ? "" : "s"
+    } in ` +
+      `${wall.toFixed(1)} s wall (${
+        simulated.seconds.toFixed(1)
+      } s simulating ${simulated.todo.length} runs, ${simulatedRate(simulated)}); wrote ${out}/`,
+  );
 }
 
-/** The lock file of a sweep (or of one shard) in `out`: one writer per journal, so shards may share `out`. */
-export function lockPath(out: string, shard: { index: number; count: number }): string {
-  return shard.count === 1
-    ? join(out, ".sweep.lock")
-    : join(out, `.shard-${shard.index}-of-${shard.count}.lock`);
-}
-
-/** The journal file of a sweep (or of one shard) in `out`. */
-export function journalPath(out: string, shard: { index: number; count: number }): string {
-  return shard.count === 1
-    ? `${out}/sweep_journal.jsonl`
-    : `${out}/shard-${shard.index}-of-${shard.count}.jsonl`;
+/** Runs the sweep `setup` describes, under its lock: resumes its journal, simulates, writes (or records a shard). */
+async function runSweep(setup: SweepSetup, values: Flags, lock: OutputLock): Promise<void> {
+  const { header, out } = setup, shard = header.shard;
+  const journal = await openJournal({ out, header, resume: values.resume, fresh: values.fresh });
+  if (journal === undefined) return; // this shard is already complete
+  const interrupts = new Interrupts();
+  const start = performance.now();
+  const simulated = await simulatePoints(setup, journal, interrupts).catch((error) =>
+    stopFailed(error, setup, journal, interrupts)
+  );
+  if (shard.count === 1) return await writeResults(setup, journal, simulated, { interrupts, lock, start });
+  interrupts.stop();
+  lock.release();
+  console.error(
+    `shard ${shard.index}/${shard.count} done: ${header.points.length} points, ${simulated.todo.length} runs ` +
+      `simulated in ${simulated.seconds.toFixed(1)} s (${simulatedRate(simulated)}); ` +
+      `wrote ${journal.path}. When every shard is done: deno task merge DIR…`,
+  );
 }
 
 if (import.meta.main) {
   await runCommand(async () => {
     const { values } = parseFlags(Deno.args, OPTIONS);
     if (values.help) return console.log(HELP);
-    if (values.quick && values.spec) throw new UsageError("--quick and --spec: give one or the other");
-    let workers = navigator.hardwareConcurrency;
-    if (values.workers !== undefined) {
-      workers = Number(values.workers);
-      if (!Number.isInteger(workers) || workers < 1 || workers > MAX_WORKERS) {
-        throw new UsageError(
-          `--workers: expected an integer >= 1 and <= ${MAX_WORKERS} (4 × ${navigator.hardwareConcurrency} cores), ` +
-            `got "${values.workers}"`,
-        );
-      }
-    }
-    if (values.resume && values.fresh) throw new UsageError("--resume and --fresh: give one or the other");
-    const shard = parseShard(values.shard);
-    const timeoutMs = pluginTimeoutMs(values);
-    const plugin = values.router
-      ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
-      : undefined;
-    const pluginInfo = plugin && { name: plugin.name, url: plugin.url };
-    const specPath = values.quick
-      ? join(SWEEPS_DIR, "quick.json")
-      : values.spec ?? join(SWEEPS_DIR, "default.json");
-    const spec = await readJsonFile(specPath, "--spec");
-    const sweep = parseSweep(spec, pluginInfo);
-    const mine = shardPoints(sweep.points.length, shard.index, shard.count);
-    const header = journalHeader(spec, shard, mine, pluginInfo);
-    await checkSweepInputs(sweep);
-    // Never over a committed study but its own (the quick preset, a plugin sweep: their own homes).
-    const out = await outputDirectory({
-      out: values.out,
-      specHash: header.specHash,
-      plugin: values.router,
-      specFile: specPath,
-    });
-
-    await makeDirectoryInside(out, `--out ${out}`);
-    await assertInsideResults(join(out, "plots"), join(out, "plots"));
+    const setup = await setUp(values);
     // One writer per journal: a second sweep, --resume or --fresh here stops, naming this one.
-    await assertInsideResults(lockPath(out, shard), lockPath(out, shard));
-    const lock = await OutputLock.acquire(
-      lockPath(out, shard),
-      `--out ${out}`,
-      `sweep ${Deno.args.join(" ")}`,
-    );
-    // Points already recorded (with --resume), and the journal to append to.
-    const journalFile = journalPath(out, shard);
-    await assertInsideResults(journalFile, journalFile);
-    const done = new Map<number, readonly RunResult[]>();
-    let journal: JournalWriter;
-    const existing = await Deno.stat(journalFile).then(() => true, () => false);
-    const previous = values.resume && existing ? await readJournal(journalFile) : undefined;
-    if (existing && !values.resume && !values.fresh && shard.count > 1) {
-      const recorded = await readJournal(journalFile);
-      if (recorded.header?.specHash === header.specHash && mine.every((p) => recorded.points.has(p))) {
-        console.error(
-          `shard ${shard.index}/${shard.count} is already complete in ${journalFile}; nothing to do`,
-        );
-        lock.release();
-        return;
-      }
-    }
-    if (existing && !values.resume && !values.fresh) {
-      throw new UsageError(
-        `${journalFile} records an unfinished sweep: add --resume to finish it, or --fresh to discard it and start over`,
-      );
-    }
-    const h = previous?.header;
-    if (h !== undefined) {
-      if (h.version !== header.version) {
-        throw new UsageError(
-          `--resume: ${journalFile} was written by version ${h.version}, this is ${header.version}; start over with --fresh`,
-        );
-      }
-      if (
-        h.specHash !== header.specHash || JSON.stringify(h.plugin) !== JSON.stringify(header.plugin) ||
-        h.shard.index !== shard.index || h.shard.count !== shard.count
-      ) {
-        throw new UsageError(
-          `--resume: ${journalFile} belongs to a different sweep (spec, plugin or shard differ); start over with --fresh`,
-        );
-      }
-      for (const [p, runs] of previous!.points) done.set(p, runs);
-      journal = await JournalWriter.resume(journalFile, previous!.validBytes);
-      console.error(
-        `resuming: ${done.size} of ${mine.length} points already recorded` +
-          (previous!.torn
-            ? " (a torn or corrupt record was found: it and any records after it are dropped and re-run)"
-            : ""),
-      );
-    } else {
-      // No journal, --fresh, or a journal torn before its header was complete: start afresh.
-      if (values.resume && !existing) console.error(`--resume: no journal in ${out}/, starting afresh`);
-      journal = await JournalWriter.create(journalFile, header);
-    }
-
-    // The runs still to do, and per point how many are left.
-    const todo = sweep.runs.map((_, i) => i).filter((i) =>
-      mine.includes(sweep.runs[i].point) && !done.has(sweep.runs[i].point)
-    );
-    const mineSet = new Set(mine);
-    const pointRuns = new Map<number, number[]>();
-    sweep.runs.forEach((run, i) => {
-      if (mineSet.has(run.point)) pointRuns.set(run.point, [...(pointRuns.get(run.point) ?? []), i]);
-    });
-    const finished: (RunResult | undefined)[] = new Array(sweep.runs.length);
-    const left = new Map<number, number>();
-    for (const i of todo) left.set(sweep.runs[i].point, (left.get(sweep.runs[i].point) ?? 0) + 1);
-    let writes = Promise.resolve();
-
-    const abort = new AbortController();
-    let writing = false;
-    let interruptedWhileWriting = false;
-    let why = "interrupted";
-    const onInterrupt = () => {
-      if (writing) interruptedWhileWriting = true;
-      else abort.abort();
-    };
-    Deno.addSignalListener("SIGINT", onInterrupt);
-    // `kill -9` of the `deno task` wrapper orphans this process: stop as on Ctrl-C.
-    const stopWatchingParent = watchParent(() => {
-      why = "interrupted (the process that started this sweep is gone)";
-      onInterrupt();
-    });
-    journal.onFailure = () => abort.abort(); // a full disk stops the sweep; the error is reported below
-    const start = performance.now();
-    const progress = progressReporter(sweep, todo);
-    try {
-      await runOnWorkers(todo.map((i) => sweep.runs[i]), {
-        workers,
-        signal: abort.signal,
-        plugin,
-        pluginTimeoutMs: timeoutMs,
-        readPaths: [...new Set(todo.flatMap((i) => sweep.runs[i].config.workload.trace?.path ?? []))],
-        onProgress: (count, result, k) => {
-          const run = todo[k];
-          finished[run] = result;
-          progress.update(count, run);
-          const point = sweep.runs[run].point;
-          const remaining = left.get(point)! - 1;
-          left.set(point, remaining);
-          if (remaining === 0) {
-            const runs = pointRuns.get(point)!.map((i) => finished[i]!);
-            done.set(point, runs);
-            writes = writes.then(() => journal.add({ point, runs }));
-          }
-        },
-      });
-      await writes;
-    } catch (error) {
-      progress.stop();
-      await writes.catch(() => {});
-      journal.close();
-      if (journal.failure !== undefined) throw journal.failure;
-      if (error instanceof DOMException && error.name === "AbortError") {
-        console.error(
-          `${why}: ${done.size} of ${mine.length} points are recorded in ${journalFile}; ` +
-            `run the same command with --resume to finish. Previous results in ${out}/ are untouched`,
-        );
-        Deno.exit(130);
-      }
-      if (error instanceof SimulationError && !(error.cause instanceof TraceFormatError)) {
-        // A failed run (a plugin's fault, say) ends the sweep as Ctrl-C does: the journal is kept.
-        console.error(
-          `run failed: ${
-            oneLine(error.message)
-          }; ${done.size} of ${mine.length} points are recorded in ${journalFile} ` +
-            `(after fixing the cause, run the same command with --resume). Previous results in ${out}/ are untouched`,
-        );
-        Deno.exit(1);
-      }
-      throw error;
-    }
-    journal.close();
-    progress.stop();
-    if (journal.failure !== undefined) throw journal.failure;
-    const simulatedSeconds = (performance.now() - start) / 1000;
-    const simulated = todo.reduce((a, i) => a + finished[i]!.requests, 0);
-    const rate = `${(simulated / simulatedSeconds / 1000).toFixed(0)}k requests/s`;
-
-    if (shard.count > 1) {
-      Deno.removeSignalListener("SIGINT", onInterrupt);
-      stopWatchingParent();
-      lock.release();
-      console.error(
-        `shard ${shard.index}/${shard.count} done: ${mine.length} points, ${todo.length} runs simulated in ${
-          simulatedSeconds.toFixed(1)
-        } s (${rate}); ` +
-          `wrote ${journalFile}. When every shard is done: deno task merge DIR…`,
-      );
-      return;
-    }
-
-    writing = true; // finish writing even if interrupted: every file is replaced atomically
-    // Runs of a point are contiguous in run order, so run i is its point's (i − first run) result.
-    const firstRun = new Map<number, number>();
-    sweep.runs.forEach((run, i) => firstRun.has(run.point) || firstRun.set(run.point, i));
-    const results = sweep.runs.map((run, i) => done.get(run.point)![i - firstRun.get(run.point)!]);
-    await writeSweepOutputs(out, sweepOutputs(sweep, results));
-    await Deno.remove(journalFile); // the outputs now hold everything it recorded
-    Deno.removeSignalListener("SIGINT", onInterrupt);
-    stopWatchingParent();
+    const lock = await lockOutput(setup.out, setup.header.shard, `sweep ${Deno.args.join(" ")}`);
+    await runSweep(setup, values, lock);
     lock.release();
-    if (interruptedWhileWriting) {
-      console.error(
-        `interrupted while writing: the write was finished first, so ${out}/ holds complete new results`,
-      );
-      Deno.exit(130);
-    }
-    const requests = results.reduce((a, r) => a + r.requests, 0);
-    const wall = (performance.now() - start) / 1000;
-    const used = Math.min(workers, todo.length); // the pool starts no more Workers than runs
-    console.error(
-      `sweep done: ${sweep.runs.length} runs, ${requests.toLocaleString("en-US")} requests on ${used} worker${
-        used === 1 ? "" : "s"
-      } in ` +
-        `${wall.toFixed(1)} s wall (${
-          simulatedSeconds.toFixed(1)
-        } s simulating ${todo.length} runs, ${rate}); wrote ${out}/`,
-    );
   });
 }

@@ -1,11 +1,11 @@
 /**
  * @module
  * The sweep format: a base scenario, axes (any scenario field, by dot path,
- * with the values to try), policy variants and seeds. Validated with errors
- * that name the field; expanded into the list of runs.
+ * with the values to try), policy variants, seeds and the report sections to
+ * write. Validated with errors that name the field; expanded into the list of runs.
  */
 import { z } from "zod";
-import { POLICY_NAMES, POLICY_PARAMETERS } from "../actors/policies/mod.ts";
+import { POLICY_NAMES } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import {
   checkTraceFile,
@@ -15,6 +15,8 @@ import {
   resolveTracePath,
   scenarioPath,
 } from "./scenario.ts";
+import { expandPolicy, pluginVariant, type PolicyEntry, type PolicyVariant } from "./policy_variants.ts";
+import { REPORT_NAMES, reportSection, type ReportSubject } from "./report/sections.ts";
 import { UsageError } from "./usage_error.ts";
 
 const sweepSchema = z.strictObject({
@@ -24,30 +26,18 @@ const sweepSchema = z.strictObject({
     (axes) => Object.keys(axes).length > 0,
     { message: "expected at least one axis" },
   ),
-  policies: z.array(
-    z.object({
-      name: z.enum(POLICY_NAMES),
-      threshold: z.number().min(0).optional(),
-      thresholds: z.array(z.number().min(0)).min(1).optional(),
-    }).catchall(z.number()),
-  ).min(1),
+  // Parameters are checked against the policy registry in expandPolicy, which names the bounds.
+  policies: z.array(z.object({ name: z.enum(POLICY_NAMES) }).catchall(z.unknown())).min(1),
   seeds: z.array(z.number().int().min(0)).min(1),
   focus: z.string().optional(),
+  // Names from the report-section registry (scenarios/report/sections.ts), checked in checkReport.
+  report: z.array(z.string()).optional(),
 });
 
-/** One policy variant of a sweep: a built-in policy (e.g. `hybrid` with threshold 2) or a plugin. */
-export interface PolicyVariant {
-  /** Built-in policy name, or the plugin's `name`. */
-  readonly name: string;
-  /** Hybrid's threshold; undefined otherwise. */
-  readonly threshold?: number;
-  /** `hybrid(thr=2)`, `round_robin`, a plugin's name… */
-  readonly label: string;
-  /** The plugin module (`file:` URL), for a plugin variant. */
-  readonly pluginUrl?: string;
-  /** Policy parameters other than hybrid's threshold. */
-  readonly params?: Readonly<Record<string, number>>;
-}
+/** A sweep spec as the schema reads it, before its checks against the scenario, registries and itself. */
+type SweepSpec = z.output<typeof sweepSchema>;
+
+export type { PolicyVariant } from "./policy_variants.ts";
 
 /** A router plugin to add to a sweep's policies. */
 export interface SweepPlugin {
@@ -77,6 +67,12 @@ export interface Sweep {
   readonly description: string;
   /** The axis whose effect the summary reports policy by policy, if any. */
   readonly focus?: string;
+  /**
+   * The report sections the sweep declares, in order. Without any, its report
+   * is what every sweep gets: the CSV, the summary's header and all-policies
+   * comparison, and `report.html` with no charts.
+   */
+  readonly report: readonly string[];
   /** Axis paths, in order (the first varies slowest). */
   readonly axes: readonly string[];
   /** Column name of each axis in the CSV (its last path segment, unless two collide). */
@@ -96,24 +92,54 @@ const RESERVED_AXES = ["seed", "policy", "policy.name", "policy.threshold"];
  * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`).
  */
 export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
-  const parsed = sweepSchema.safeParse(input);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const path = issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]] : issue.path;
-    const name = ["sweep", ...path].map((k, i) =>
-      typeof k === "number"
-        ? `[${k}]`
-        : i === 0
-        ? String(k)
-        : /^[A-Za-z_]\w*$/.test(String(k))
-        ? `.${String(k)}`
-        : `[${JSON.stringify(k)}]`
-    ).join("");
-    const what = describeIssue(issue, input, path);
-    throw new UsageError(`${name}: ${what}`);
-  }
-  const spec = parsed.data;
+  const spec = readSpec(input);
   const axes = Object.keys(spec.axes);
+  checkAxes(spec, axes);
+  const variants = spec.policies.flatMap((entry, i) => expandPolicy(entry as PolicyEntry, i));
+  if (plugin) variants.push(pluginVariant(plugin));
+  const labels = variants.map((v) => v.label);
+  const duplicate = labels.find((l, i) => labels.indexOf(l) !== i);
+  if (duplicate) throw new UsageError(`sweep.policies: ${duplicate} is listed twice`);
+  const report = spec.report ?? [];
+  checkReport(report, { axes, variants, focus: spec.focus });
+  const points = gridPoints(spec, axes);
+  return {
+    description: spec.description,
+    focus: spec.focus,
+    report,
+    axes,
+    axisColumns: columnNames(axes),
+    points,
+    variants,
+    seeds: spec.seeds,
+    runs: expandRuns(spec, axes, points, variants),
+  };
+}
+
+/** The spec as the schema reads it. @throws {UsageError} naming the first invalid field. */
+function readSpec(input: unknown): SweepSpec {
+  const parsed = sweepSchema.safeParse(input);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0];
+  const path = issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]] : issue.path;
+  const name = ["sweep", ...path].map((k, i) =>
+    typeof k === "number"
+      ? `[${k}]`
+      : i === 0
+      ? String(k)
+      : /^[A-Za-z_]\w*$/.test(String(k))
+      ? `.${String(k)}`
+      : `[${JSON.stringify(k)}]`
+  ).join("");
+  throw new UsageError(`${name}: ${describeIssue(issue, input, path)}`);
+}
+
+/**
+ * Checks the base and every axis value as a scenario, the focus, and that no
+ * axis or seed is listed twice.
+ * @throws {UsageError} naming the axis (and the value's index).
+ */
+function checkAxes(spec: SweepSpec, axes: readonly string[]): void {
   for (const axis of axes) {
     if (RESERVED_AXES.includes(axis)) {
       throw new UsageError(`sweep.axes["${axis}"]: not an axis; use sweep.seeds and sweep.policies instead`);
@@ -131,7 +157,6 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
       });
     });
   }
-
   if (spec.focus !== undefined && !axes.includes(spec.focus)) {
     throw new UsageError(
       `sweep.focus: expected one of the axes (${axes.join(", ")}), got ${JSON.stringify(spec.focus)}`,
@@ -144,36 +169,41 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
   }
   const seedTwice = spec.seeds.find((v, i) => spec.seeds.indexOf(v) !== i);
   if (seedTwice !== undefined) throw new UsageError(`sweep.seeds: lists ${seedTwice} twice`);
-  const variants: PolicyVariant[] = spec.policies.flatMap((p, i): PolicyVariant[] => {
-    const { name, threshold, thresholds, ...params } = p;
-    if (name !== "hybrid" && (threshold !== undefined || thresholds !== undefined)) {
+}
+
+/**
+ * Checks the report sections a sweep declares: each is one of the registry's,
+ * listed once, and has what it needs (axes, policies, focus); no two draw the same chart.
+ * @throws {UsageError} naming `sweep.report[i]`, the value and the valid names or what is lacking.
+ */
+function checkReport(report: readonly string[], subject: ReportSubject): void {
+  const drawnBy = new Map<string, string>();
+  report.forEach((name, i) => {
+    const section = reportSection(name);
+    if (section === undefined) {
       throw new UsageError(
-        `sweep.policies[${i}].${
-          threshold !== undefined ? "threshold" : "thresholds"
-        }: only hybrid has thresholds`,
+        `sweep.report[${i}]: unknown report section ${JSON.stringify(name)} (report sections: ${
+          REPORT_NAMES.join(", ")
+        })`,
       );
     }
-    const allowed = POLICY_PARAMETERS[name];
-    for (const key of Object.keys(params)) {
-      if (!allowed.includes(key)) {
+    if (report.indexOf(name) !== i) throw new UsageError(`sweep.report[${i}]: lists "${name}" twice`);
+    const lacking = section.check(subject);
+    if (lacking !== undefined) throw new UsageError(`sweep.report[${i}]: "${name}" ${lacking}`);
+    for (const chart of section.charts) {
+      const other = drawnBy.get(chart);
+      if (other !== undefined) {
         throw new UsageError(
-          `sweep.policies[${i}].${key}: not a parameter of ${name} (its parameters: ${
-            allowed.join(", ") || "none"
-          })`,
+          `sweep.report[${i}]: "${name}" and "${other}" both draw plots/${chart}; declare one of them`,
         );
       }
+      drawnBy.set(chart, name);
     }
-    if (name !== "hybrid") {
-      const shown = Object.entries(params).map(([k, v]) => `${k}=${v}`).join(",");
-      return [{ name, label: shown ? `${name}(${shown})` : name, params }];
-    }
-    return (thresholds ?? [threshold ?? 1]).map((t) => ({ name, threshold: t, label: `hybrid(thr=${t})` }));
   });
-  if (plugin) variants.push({ name: plugin.name, label: plugin.name, pluginUrl: plugin.url });
-  const labels = variants.map((v) => v.label);
-  const duplicate = labels.find((l, i) => labels.indexOf(l) !== i);
-  if (duplicate) throw new UsageError(`sweep.policies: ${duplicate} is listed twice`);
+}
 
+/** Every point of the grid, the first axis varying slowest. */
+function gridPoints(spec: SweepSpec, axes: readonly string[]): SweepPoint[] {
   const points: SweepPoint[] = [];
   const grid = (i: number, values: Record<string, number | string>) => {
     if (i === axes.length) {
@@ -183,33 +213,30 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
     for (const value of spec.axes[axes[i]]) grid(i + 1, { ...values, [axes[i]]: value });
   };
   grid(0, {});
+  return points;
+}
 
+/** Every run: by point, then variant, then seed; each scenario parsed and its trace path resolved. */
+function expandRuns(
+  spec: SweepSpec,
+  axes: readonly string[],
+  points: readonly SweepPoint[],
+  variants: readonly PolicyVariant[],
+): SweepRun[] {
   const runs: SweepRun[] = [];
   for (const point of points) {
     let scenario = spec.base as unknown;
     for (const axis of axes) scenario = deepMerge(scenario, nested(axis, point.values[axis]));
     variants.forEach((variant, v) => {
+      // A plugin replaces the scenario's policy.
+      const policy = variant.pluginUrl ? {} : { name: variant.name, ...variant.params };
       for (const seed of spec.seeds) {
-        const policy = variant.pluginUrl
-          ? {} // the plugin replaces the scenario's policy
-          : variant.name === "hybrid"
-          ? { name: variant.name, threshold: variant.threshold }
-          : { name: variant.name, ...variant.params };
         const config = resolveTracePath(parseScenario(deepMerge(scenario, { seed, policy })));
         runs.push({ point: point.index, variant: v, seed, config, pluginUrl: variant.pluginUrl });
       }
     });
   }
-  return {
-    description: spec.description,
-    focus: spec.focus,
-    axes,
-    axisColumns: columnNames(axes),
-    points,
-    variants,
-    seeds: spec.seeds,
-    runs,
-  };
+  return runs;
 }
 
 /**

@@ -9,10 +9,11 @@ import { runCli } from "./_cli.ts";
 import { parse } from "@std/csv";
 import { simulate } from "../actors/simulation.ts";
 import type { RunResult } from "../actors/simulation.ts";
-import { formatComparison } from "../scenarios/comparison_summary.ts";
-import { analyse, formatSummary, isOperational } from "../scenarios/study_findings.ts";
+import { formatComparison } from "../scenarios/report/comparison.ts";
+import { formatStudy } from "../scenarios/report/original_study.ts";
+import { analyse, isOperational } from "../scenarios/report/study_findings.ts";
 import { parseSweep } from "../scenarios/sweep_spec.ts";
-import { summarise, type SummaryRow, toCsv } from "../scenarios/sweep_summary.ts";
+import { summarise, type SummaryRow, toCsv } from "../scenarios/report/sweep_summary.ts";
 import { scenario } from "./_scenarios.ts";
 
 /** Fields that are means or ratios over completed requests: null when nothing completed. */
@@ -134,7 +135,7 @@ const sweep = parseSweep({
   axes: { "workload.prefix.tokens": [512, 2_000_000] },
   policies: [{ name: "round_robin" }, { name: "least_load" }, { name: "prefix_aware" }, {
     name: "hybrid",
-    thresholds: [1],
+    threshold: [1],
   }],
   seeds: [1, 2],
 });
@@ -170,7 +171,7 @@ Deno.test("a sweep point where everything was dropped has null means, empty CSV 
 
   const study = analyse(sweep, rows);
   assertEquals([study.operationalPoints, study.totalPoints], [1, 2]);
-  const summary = formatSummary(sweep, study, results.length, 0) + formatComparison(sweep, rows);
+  const summary = formatStudy(study) + formatComparison(sweep, rows);
   assert(!summary.includes("NaN"), summary);
   assertStringIncludes(summary, "drop at most 1% of requests");
   assertStringIncludes(
@@ -215,7 +216,7 @@ Deno.test("a policy that drops more than 1% of requests at a point is not operat
     axes: { "workload.prefix.tokens": [512] },
     policies: [{ name: "round_robin" }, { name: "least_load" }, { name: "prefix_aware" }, {
       name: "hybrid",
-      thresholds: [1],
+      threshold: [1],
     }],
     seeds: [1, 2],
   });

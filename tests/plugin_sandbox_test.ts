@@ -3,7 +3,7 @@ import { assert, assertEquals, assertRejects } from "@std/assert";
 import { simulate } from "../actors/simulation.ts";
 import { checkPluginImports, findImports, pluginImportRules } from "../scenarios/plugin_imports.ts";
 import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
-import { runPluginScenario } from "../scenarios/run.ts";
+import { runPluginScenario } from "../scenarios/run_scenario.ts";
 import { parseScenario } from "../scenarios/scenario.ts";
 import { UsageError } from "../scenarios/usage_error.ts";
 

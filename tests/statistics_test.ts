@@ -1,5 +1,5 @@
 import { assertAlmostEquals, assertEquals } from "@std/assert";
-import { ci95HalfWidth, mean } from "../scenarios/statistics.ts";
+import { ci95HalfWidth, mean } from "../scenarios/report/statistics.ts";
 
 Deno.test("ci95HalfWidth is t(0.975, n−1) × s / √n", () => {
   // values 1, 2, 3: s = 1, n = 3, t = 4.303 → 4.303 / √3

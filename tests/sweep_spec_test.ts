@@ -1,10 +1,12 @@
 import { assertEquals, assertThrows } from "@std/assert";
+import { variantParameter } from "../scenarios/policy_variants.ts";
+import { policyCell } from "../scenarios/report/sweep_summary.ts";
 import { parseSweep } from "../scenarios/sweep_spec.ts";
 import { UsageError } from "../scenarios/usage_error.ts";
 
 const valid = {
   axes: { "workload.ratePerSec": [10, 20], "instances.count": [2, 4, 8] },
-  policies: [{ name: "round_robin" }, { name: "hybrid", thresholds: [0, 1] }],
+  policies: [{ name: "round_robin" }, { name: "hybrid", threshold: [0, 1] }],
   seeds: [1, 2],
 };
 
@@ -30,6 +32,66 @@ Deno.test("policy parameters become variants with their own labels and reach the
   });
   assertEquals(sweep.variants.map((v) => v.label), ["llmd_weighted", "llmd_weighted(prefixWeight=1)"]);
   assertEquals(sweep.runs.find((r) => r.variant === 1)!.config.policy.prefixWeight, 1);
+});
+
+Deno.test("any policy parameter may list values: one variant per combination, first parameter slowest", () => {
+  const sweep = parseSweep({
+    ...valid,
+    policies: [{ name: "llmd_weighted", prefixWeight: [1, 2], queueWeight: [0, 2], kvWeight: 1 }, {
+      name: "hybrid",
+    }],
+  });
+  assertEquals(sweep.variants.map((v) => v.label), [
+    "llmd_weighted(prefixWeight=1,queueWeight=0,kvWeight=1)",
+    "llmd_weighted(prefixWeight=1,kvWeight=1)",
+    "llmd_weighted(prefixWeight=2,queueWeight=0,kvWeight=1)",
+    "llmd_weighted(prefixWeight=2,kvWeight=1)",
+    "hybrid(thr=1)",
+  ]);
+  assertEquals(sweep.variants[1].params, { prefixWeight: 1, queueWeight: 2, kvWeight: 1 });
+  assertEquals(sweep.variants[4].params, {});
+  const policy = sweep.runs.find((r) => r.variant === 2)!.config.policy;
+  assertEquals([policy.prefixWeight, policy.queueWeight, policy.kvWeight], [2, 0, 1]);
+});
+
+Deno.test("the summary CSV's policy and threshold cells: the label less the threshold, and the threshold", () => {
+  const sweep = parseSweep({
+    ...valid,
+    policies: [{ name: "round_robin" }, { name: "hybrid" }, { name: "hybrid", threshold: 2 }, {
+      name: "sglang_cache_aware",
+      balanceAbs: 32,
+    }],
+  });
+  const cells = sweep.variants.map((v) => [policyCell(v), variantParameter(v, "threshold")]);
+  assertEquals(cells, [
+    ["round_robin", undefined],
+    ["hybrid", 1],
+    ["hybrid", 2],
+    ["sglang_cache_aware(balanceAbs=32)", undefined],
+  ]);
+});
+
+Deno.test("a sweep declares its report sections; none by default", () => {
+  assertEquals(parseSweep(valid).report, []);
+  const sweep = parseSweep({
+    ...valid,
+    axes: { "workload.ratePerSec": [10, 20] },
+    policies: [{ name: "round_robin" }, { name: "least_load" }, { name: "prefix_aware" }, {
+      name: "hybrid",
+      threshold: [1, 2],
+    }],
+    report: ["original-study", "load"],
+  });
+  assertEquals(sweep.report, ["original-study", "load"]);
+});
+
+Deno.test("the committed sweeps are valid and declare known report sections", async () => {
+  for await (const entry of Deno.readDir(new URL("../scenarios/sweeps/", import.meta.url))) {
+    const sweep = parseSweep(
+      JSON.parse(await Deno.readTextFile(new URL(`../scenarios/sweeps/${entry.name}`, import.meta.url))),
+    );
+    assertEquals(sweep.report.length > 0, true, entry.name);
+  }
 });
 
 Deno.test("the committed default and quick sweeps are valid and quick is a corner of default", async () => {
@@ -60,7 +122,34 @@ Deno.test("invalid sweep specs name the field", async (t) => {
     [{ ...valid, axes: {} }, "sweep.axes: expected at least one axis"],
     [{ ...valid, axes: { seed: [1, 2] } }, 'sweep.axes["seed"]: not an axis'],
     [{ ...valid, seeds: [] }, "sweep.seeds"],
-    [{ ...valid, policies: [{ name: "hybrid", thresholds: [-1] }] }, "sweep.policies[0].thresholds[0]"],
+    [
+      { ...valid, policies: [{ name: "hybrid", threshold: [1, -1] }] },
+      "sweep.policies[0].threshold[1]: expected a number >= 0, got -1",
+    ],
+    [
+      { ...valid, policies: [{ name: "sglang_cache_aware", cacheThreshold: 2 }] },
+      "sweep.policies[0].cacheThreshold: expected a number in [0, 1], got 2",
+    ],
+    [
+      { ...valid, policies: [{ name: "chwbl", ringPoints: [8, 2.5] }] },
+      "sweep.policies[0].ringPoints[1]: expected an integer >= 1, got 2.5",
+    ],
+    [
+      { ...valid, policies: [{ name: "hybrid", threshold: [] }] },
+      "sweep.policies[0].threshold: expected a number or a non-empty list of numbers, got []",
+    ],
+    [
+      { ...valid, policies: [{ name: "hybrid", threshold: "1" }] },
+      'sweep.policies[0].threshold: expected a number or a non-empty list of numbers, got "1"',
+    ],
+    [
+      { ...valid, policies: [{ name: "hybrid", thresholds: [1, 2] }] },
+      "sweep.policies[0].thresholds: not a parameter of hybrid (its parameters: threshold)",
+    ],
+    [
+      { ...valid, policies: [{ name: "hybrid", threshold: [1, 1] }] },
+      "sweep.policies: hybrid(thr=1) is listed twice",
+    ],
     [{ ...valid, policies: [{ name: "teleport" }] }, "sweep.policies[0].name"],
     [{ ...valid, extra: true }, "sweep.extra: unknown field"],
     [
@@ -74,9 +163,44 @@ Deno.test("invalid sweep specs name the field", async (t) => {
     ],
     [{ ...valid, seeds: [1, 1] }, "sweep.seeds: lists 1 twice"],
     [
-      { ...valid, policies: [{ name: "round_robin", thresholds: [1, 2] }] },
-      "sweep.policies[0].thresholds: only hybrid has thresholds",
+      { ...valid, policies: [{ name: "round_robin", threshold: [1, 2] }] },
+      "sweep.policies[0].threshold: not a parameter of round_robin (its parameters: none)",
     ],
+    [
+      { ...valid, report: ["load", "charts"] },
+      'sweep.report[1]: unknown report section "charts" (report sections: original-study, original-charts, load, focus)',
+    ],
+    [{ ...valid, report: ["load", "load"] }, 'sweep.report[1]: lists "load" twice'],
+    [
+      { ...valid, report: ["original-study"] },
+      'sweep.report[0]: "original-study" needs the policies of the original study; the sweep lacks least_load, prefix_aware',
+    ],
+    [
+      { ...valid, report: ["original-charts"] },
+      'sweep.report[0]: "original-charts" needs the axes workload.ratePerSec, workload.prefix.zipf, ' +
+      "workload.prefix.sharedFrac and the policies of the original study; the sweep lacks workload.prefix.zipf",
+    ],
+    [
+      { ...valid, axes: { "instances.count": [2, 4] }, report: ["load"] },
+      'sweep.report[0]: "load" needs a load axis (workload.ratePerSec or workload.trace.speed)',
+    ],
+    [{ ...valid, report: ["focus"] }, 'sweep.report[0]: "focus" needs sweep.focus, the axis to chart'],
+    [
+      {
+        ...valid,
+        axes: {
+          "workload.ratePerSec": [10],
+          "workload.prefix.zipf": [1],
+          "workload.prefix.sharedFrac": [0.5],
+        },
+        policies: [{ name: "round_robin" }, { name: "least_load" }, { name: "prefix_aware" }, {
+          name: "hybrid",
+        }],
+        report: ["original-charts", "load"],
+      },
+      'sweep.report[1]: "load" and "original-charts" both draw plots/load_imbalance.png; declare one of them',
+    ],
+    [{ ...valid, report: "load" }, "sweep.report: expected an array"],
     [{ ...valid, seeds: [1.5] }, "sweep.seeds[0]: expected an integer, got 1.5"],
     [{ policies: valid.policies, seeds: [1] }, "sweep.axes: expected an object, got nothing"],
     [

@@ -5,9 +5,10 @@
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { parse } from "@std/csv";
 import { parseSweep } from "../scenarios/sweep_spec.ts";
-import { summarise, toCsv } from "../scenarios/sweep_summary.ts";
+import { summarise, toCsv } from "../scenarios/report/sweep_summary.ts";
 import { runOnWorkers } from "../scenarios/worker_pool.ts";
-import { analyse, formatSummary } from "../scenarios/study_findings.ts";
+import { sweepReport } from "../scenarios/report/sweep_report.ts";
+import { REPORT_SECTIONS } from "../scenarios/report/sections.ts";
 
 const root = new URL("..", import.meta.url);
 const quick = parseSweep(JSON.parse(await Deno.readTextFile(new URL("scenarios/sweeps/quick.json", root))));
@@ -35,10 +36,27 @@ Deno.test("the quick sweep's CSV is byte-identical on 1 and 2 workers, and its r
   const byKey = new Map(golden.map((r) => [key(r), r]));
   for (const row of rows) assertEquals(row, byKey.get(key(row)), `golden row ${key(row)}`);
 
-  const study = analyse(quick, summarise(quick, two.results));
-  const summary = formatSummary(quick, study, two.results.length, 0);
+  const { summary } = sweepReport(quick, two.results);
   assert(!summary.includes("NaN"), summary);
   for (let i = 1; i <= 4; i++) assertStringIncludes(summary, `(${i}) `);
+});
+
+Deno.test("every report section fits the quick sweep and draws only the charts it declares", async (t) => {
+  const results = await runOnWorkers(quick.runs, { workers: 2 });
+  const sweep = { ...quick, focus: "workload.ratePerSec" };
+  const inputs = { sweep, rows: summarise(sweep, results), runs: results.length, requests: 0 };
+  for (const section of REPORT_SECTIONS) {
+    await t.step(section.name, () => {
+      assertEquals(section.check(sweep), undefined);
+      const part = section.render(inputs);
+      assert(part.summary !== undefined || (part.charts?.length ?? 0) > 0, "it adds something");
+      assert(!part.summary?.includes("NaN"), part.summary);
+      for (const chart of part.charts ?? []) {
+        assert(section.charts.includes(chart.file), `${chart.file} is not among ${section.charts}`);
+        assertStringIncludes(chart.svg, "<svg");
+      }
+    });
+  }
 });
 
 Deno.test("the worker pool reports a failing run as an error and stops", async () => {

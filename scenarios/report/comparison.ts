@@ -8,7 +8,7 @@
  */
 import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { Sweep } from "./sweep_spec.ts";
+import type { Sweep } from "../sweep_spec.ts";
 import {
   dropsTooMany,
   isOperational,
@@ -104,112 +104,127 @@ function lowestRegret(averages: readonly Averages[]): string {
   return ` Lowest routing regret: ${best.label} (${best.routingRegret!.toFixed(3)}).`;
 }
 
-/** The comparison section of `summary.txt`. */
-export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): string {
-  const labels = sweep.variants.map((v) => v.label);
-  const byPoint = sweep.points.map((p) => rows.filter((r) => r.point === p.index));
-  const describe = (values: Readonly<Record<string, number | string>>, axes = sweep.axes) =>
-    axes.map((a) => `${a.split(".").pop()}=${values[a]}`).join(", ");
-  const out: string[] = ["", "All policies", ""];
-
-  // Averages over points where every variant is operational.
+/** Averages over the points where every variant is operational, ranked, and who is best and worst there. */
+function operationalLines(labels: readonly string[], byPoint: readonly SummaryRow[][]): string[] {
   const operational = byPoint.filter((rs) => rs.length === labels.length && rs.every(isOperational));
-  out.push(
+  const out = [
     `Averages over the ${operational.length} of ${byPoint.length} points where every policy has mean TTFT < ${
       OPERATIONAL_TTFT_MS / 1000
     } s and drops at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests (best TTFT first):`,
     ROUTING_LEGEND,
     "",
     header,
-  );
+  ];
   const overall = ranked(labels.map((l) => average(l, operational.flat().filter((r) => r.label === l))));
-  if (operational.length === 0) out.push("  (no such point: no policy is ranked here)");
-  else overall.forEach((a, i) => out.push(line(a, i === 0 ? " *" : "")));
-  if (operational.length > 0) {
-    // Every policy is operational at these points, so every mean is defined.
-    const best = overall[0], worst = overall[overall.length - 1];
-    out.push(
-      "",
-      `Best mean TTFT: ${best.label} (${best.ttftMeanMs!.toFixed(1)} ms); worst: ${worst.label} (${
-        worst.ttftMeanMs!.toFixed(1)
-      } ms, ` +
-        `${
-          ((worst.ttftMeanMs! / best.ttftMeanMs! - 1) * 100).toFixed(0)
-        }% slower). Highest token hit rate: ` +
-        `${[...overall].sort((a, b) => b.tokenHitRate! - a.tokenHitRate!)[0].label}.` +
-        lowestRegret(overall),
-    );
+  if (operational.length === 0) {
+    out.push("  (no such point: no policy is ranked here)");
+    return out;
   }
-  const lost = labels.map((l) => average(l, rows.filter((r) => r.label === l)));
+  overall.forEach((a, i) => out.push(line(a, i === 0 ? " *" : "")));
+  // Every policy is operational at these points, so every mean is defined.
+  const best = overall[0], worst = overall[overall.length - 1];
   out.push(
     "",
-    `Points lost to drops, of ${byPoint.length} (more than ${
-      OPERATIONAL_DROPPED_FRACTION * 100
-    }% of requests ` +
-      `dropped, mean over seeds: not operational there): ` +
-      lost.map((a) => `${a.label} ${a.droppingPoints}`).join(", ") + ".",
+    `Best mean TTFT: ${best.label} (${best.ttftMeanMs!.toFixed(1)} ms); worst: ${worst.label} (${
+      worst.ttftMeanMs!.toFixed(1)
+    } ms, ` +
+      `${((worst.ttftMeanMs! / best.ttftMeanMs! - 1) * 100).toFixed(0)}% slower). Highest token hit rate: ` +
+      `${[...overall].sort((a, b) => b.tokenHitRate! - a.tokenHitRate!)[0].label}.` +
+      lowestRegret(overall),
   );
+  return out;
+}
 
-  // The focus axis, policy by policy.
-  const focus = sweep.focus;
-  if (focus !== undefined) {
-    const values = [...new Set(sweep.points.map((p) => p.values[focus]))];
-    out.push("", `Effect of ${focus} (${values.join(" → ")}), averaged over the other axes:`, "");
-    const effects: { label: string; change: number | null; text: string }[] = [];
-    const pct = (c: number | null) => c === null ? "n/a" : `${c >= 0 ? "+" : ""}${(c * 100).toFixed(1)}%`;
-    for (const label of labels) {
-      const at = values.map((v) =>
-        average(label, rows.filter((r) => r.label === label && r.axes[focus] === v))
-      );
-      const first = at[0].ttftMeanMs, last = at[at.length - 1].ttftMeanMs;
-      const change = first === null || last === null ? null : last / first - 1;
-      const text = `  ${label.padEnd(30)} TTFT ${
-        at.map((a) => formatMetric(a.ttftMeanMs, 1)).join(" → ")
-      } ms (${pct(change)}); token hit ${
-        at.map((a) => formatMetric(a.tokenHitRate, 3)).join(" → ")
-      }` +
-        (at.some((a) => a.droppingPoints > 0)
-          ? `; drops ${at.map((a) => formatMetric(a.droppedFraction, 3)).join(" → ")}`
-          : "");
-      effects.push({ label, change, text });
-      out.push(text);
-    }
-    // An undefined change (no TTFT at one end) sorts last.
-    const size = (c: number | null) => c === null ? -1 : Math.abs(c);
-    const sorted = [...effects].sort((a, b) => size(b.change) - size(a.change));
+/** How many points each policy lost to drops. */
+function lostLines(labels: readonly string[], rows: readonly SummaryRow[], points: number): string[] {
+  const lost = labels.map((l) => average(l, rows.filter((r) => r.label === l)));
+  return [
+    "",
+    `Points lost to drops, of ${points} (more than ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests ` +
+    `dropped, mean over seeds: not operational there): ` +
+    lost.map((a) => `${a.label} ${a.droppingPoints}`).join(", ") + ".",
+  ];
+}
+
+/** The focus axis, policy by policy: TTFT and token hit along it, who changes most, who is best at each value. */
+function focusLines(sweep: Sweep, rows: readonly SummaryRow[], focus: string): string[] {
+  const labels = sweep.variants.map((v) => v.label);
+  const values = [...new Set(sweep.points.map((p) => p.values[focus]))];
+  const out = ["", `Effect of ${focus} (${values.join(" → ")}), averaged over the other axes:`, ""];
+  const effects: { label: string; change: number | null }[] = [];
+  const pct = (c: number | null) => c === null ? "n/a" : `${c >= 0 ? "+" : ""}${(c * 100).toFixed(1)}%`;
+  const at = (label: string, v: number | string) =>
+    average(label, rows.filter((r) => r.label === label && r.axes[focus] === v));
+  for (const label of labels) {
+    const along = values.map((v) => at(label, v));
+    const first = along[0].ttftMeanMs, last = along[along.length - 1].ttftMeanMs;
+    const change = first === null || last === null ? null : last / first - 1;
+    effects.push({ label, change });
     out.push(
-      "",
-      `Most affected: ${sorted[0].label} (${pct(sorted[0].change)} TTFT from ${values[0]} to ${
-        values.at(-1)
-      }); ` +
-        `least: ${sorted.at(-1)!.label} (${pct(sorted.at(-1)!.change)}).`,
+      `  ${label.padEnd(30)} TTFT ${along.map((a) => formatMetric(a.ttftMeanMs, 1)).join(" → ")} ms (${
+        pct(change)
+      }); token hit ${along.map((a) => formatMetric(a.tokenHitRate, 3)).join(" → ")}` +
+        (along.some((a) => a.droppingPoints > 0)
+          ? `; drops ${along.map((a) => formatMetric(a.droppedFraction, 3)).join(" → ")}`
+          : ""),
     );
-    for (const v of values) {
-      const best = ranked(labels.map((l) =>
-        average(l, rows.filter((r) => r.label === l && r.axes[focus] === v))
-      ))[0];
-      out.push(
-        `At ${focus.split(".").pop()}=${v}: ` + (canRank(best)
+  }
+  // An undefined change (no TTFT at one end) sorts last.
+  const size = (c: number | null) => c === null ? -1 : Math.abs(c);
+  const sorted = [...effects].sort((a, b) => size(b.change) - size(a.change));
+  out.push(
+    "",
+    `Most affected: ${sorted[0].label} (${pct(sorted[0].change)} TTFT from ${values[0]} to ${
+      values.at(-1)
+    }); ` +
+      `least: ${sorted.at(-1)!.label} (${pct(sorted.at(-1)!.change)}).`,
+  );
+  for (const v of values) {
+    const best = ranked(labels.map((l) => at(l, v)))[0];
+    out.push(
+      `At ${focus.split(".").pop()}=${v}: ` +
+        (canRank(best)
           ? `best ${best.label} (${best.ttftMeanMs!.toFixed(1)} ms).`
           : `no best: every policy dropped more than ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests ` +
             `at some point, or completed none.`),
-      );
-    }
-  }
-
-  // Every point, for small sweeps.
-  if (byPoint.length <= POINT_TABLE_LIMIT) {
-    out.push(
-      "",
-      "Every point (best TTFT first, * = best):",
-      `(a policy that dropped more than ${
-        OPERATIONAL_DROPPED_FRACTION * 100
-      }% of requests at a point cannot be best there and is listed last)`,
     );
-    sweep.points.forEach((p, i) => {
-      out.push("", `${describe(p.values)}`, header);
-      out.push(...rankedLines(labels.map((l) => average(l, byPoint[i].filter((r) => r.label === l)))));
-    });
   }
+  return out;
+}
+
+/** Every point's ranked table. */
+function pointLines(sweep: Sweep, labels: readonly string[], byPoint: readonly SummaryRow[][]): string[] {
+  const out = [
+    "",
+    "Every point (best TTFT first, * = best):",
+    `(a policy that dropped more than ${
+      OPERATIONAL_DROPPED_FRACTION * 100
+    }% of requests at a point cannot be best there and is listed last)`,
+  ];
+  sweep.points.forEach((p, i) => {
+    out.push("", sweep.axes.map((a) => `${a.split(".").pop()}=${p.values[a]}`).join(", "), header);
+    out.push(...rankedLines(labels.map((l) => average(l, byPoint[i].filter((r) => r.label === l)))));
+  });
+  return out;
+}
+
+/**
+ * The comparison section of `summary.txt`, which every sweep gets: every
+ * policy's averages over the operational points, the points each lost to
+ * drops, the effect of the `focus` axis (when the sweep names one) and, for
+ * sweeps of at most 30 points, every point's table.
+ */
+export function formatComparison(sweep: Sweep, rows: readonly SummaryRow[]): string {
+  const labels = sweep.variants.map((v) => v.label);
+  const byPoint = sweep.points.map((p) => rows.filter((r) => r.point === p.index));
+  const out: string[] = [
+    "",
+    "All policies",
+    "",
+    ...operationalLines(labels, byPoint),
+    ...lostLines(labels, rows, byPoint.length),
+    ...(sweep.focus !== undefined ? focusLines(sweep, rows, sweep.focus) : []),
+    ...(byPoint.length <= POINT_TABLE_LIMIT ? pointLines(sweep, labels, byPoint) : []),
+  ];
   return out.join("\n") + "\n";
 }

@@ -3,7 +3,7 @@
  * `report.html`: one self-contained page (inline SVG, no network) with the
  * sweep's summary and every chart.
  */
-import type { Chart } from "./plots.ts";
+import type { Chart } from "./chart.ts";
 
 /** Builds the report page. */
 export function reportHtml(title: string, summary: string, charts: readonly Chart[]): string {

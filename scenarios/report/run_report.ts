@@ -3,8 +3,8 @@
  * The human-readable report of one run, shared by `deno task run` and
  * `deno task realtime`.
  */
-import { meanOf } from "../actors/distributions.ts";
-import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
+import { meanOf } from "../../actors/distributions.ts";
+import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
 
 /** One run's report: the result plus its wall time and resolved scenario. */
 export interface RunReport extends RunResult {
@@ -14,8 +14,11 @@ export interface RunReport extends RunResult {
   readonly scenario: SimulationConfig;
 }
 
-/** Describes the policy with its parameter, e.g. `hybrid(thr=1)`, or a plugin's name. */
-export function policyLabel(report: RunResult & { readonly scenario: SimulationConfig }): string {
+/**
+ * The run's policy in its report: `hybrid(thr=1)`, a built-in's name (other
+ * parameters are not shown), or `plugin NAME`.
+ */
+export function runPolicyLabel(report: RunResult & { readonly scenario: SimulationConfig }): string {
   const { policy } = report.scenario;
   if (report.policy !== policy.name) return `plugin ${report.policy}`;
   return policy.name === "hybrid" ? `hybrid(thr=${policy.threshold})` : policy.name;
@@ -49,7 +52,7 @@ export function formatReport(report: RunReport): string {
     : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
       `prefix ${p.tokens} + suffix ${suffix} tokens`;
   const lines = [
-    `policy ${policyLabel(report)} · ${c.instances.count} instances · seed ${c.seed}`,
+    `policy ${runPolicyLabel(report)} · ${c.instances.count} instances · seed ${c.seed}`,
     `model: ${model}`,
     `workload: ${workload}`,
     "",

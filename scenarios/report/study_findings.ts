@@ -7,7 +7,8 @@
  */
 import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { Sweep } from "./sweep_spec.ts";
+import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
+import type { Sweep, SweepPoint } from "../sweep_spec.ts";
 
 /** Axis paths the study needs. */
 export const RATE = "workload.ratePerSec";
@@ -82,69 +83,89 @@ export interface Study {
   readonly notes: readonly string[];
 }
 
-type ByLabel = Map<string, SummaryRow>;
+/** A point of the sweep with its rows, by variant label. */
+interface StudyPoint extends SweepPoint {
+  readonly rows: ReadonlyMap<string, SummaryRow>;
+}
 
-/** Computes the study from a sweep's rows. */
-export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
-  const notes: string[] = [];
-  const byPoint = new Map<number, ByLabel>();
+/** The sweep's points, each with its rows by label. */
+function studyPoints(sweep: Sweep, rows: readonly SummaryRow[]): StudyPoint[] {
+  const byPoint = new Map<number, Map<string, SummaryRow>>();
   for (const row of rows) {
     let m = byPoint.get(row.point);
     if (!m) byPoint.set(row.point, m = new Map());
     m.set(row.label, row);
   }
-  const points = sweep.points.map((p) => ({ ...p, rows: byPoint.get(p.index)! }));
-  const hasAll = (labels: readonly string[]) => (p: { rows: ByLabel }) => labels.every((l) => p.rows.has(l));
-  const missing = STRATEGIES.filter((s) => !sweep.variants.some((v) => v.label === s));
+  return sweep.points.map((p) => ({ ...p, rows: byPoint.get(p.index)! }));
+}
+
+/** Whether the point has a row for every one of `labels`. */
+const hasAll = (labels: readonly string[]) => (p: StudyPoint) => labels.every((l) => p.rows.has(l));
+
+/** Points where every one of `labels` is operational. */
+const operationalOf = (labels: readonly string[]) => (p: StudyPoint) =>
+  hasAll(labels)(p) && labels.every((l) => isOperational(p.rows.get(l)!));
+
+/** Points where every one of `labels` completed requests, so has a TTFT, hit rate and imbalance. */
+const measuredOf = (labels: readonly string[]) => (p: StudyPoint) =>
+  hasAll(labels)(p) && labels.every((l) => {
+    const m = p.rows.get(l)!.mean;
+    return m.ttftMeanMs !== null && m.hitRate !== null && m.imbalance !== null;
+  });
+
+/** The study's four strategies that the sweep lacks, as labels. */
+export function missingStrategies(variants: readonly PolicyVariant[]): string[] {
+  return STRATEGIES.filter((s) => !variants.some((v) => v.label === s));
+}
+
+/** Whether the sweep has the Zipf and shared-fraction axes (so a key scenario). */
+const hasZipfAxes = (sweep: Sweep) => sweep.axes.includes(ZIPF) && sweep.axes.includes(FRAC);
+
+/** The sweep's load axis, the first of {@linkcode LOAD_AXES} it has. */
+export function loadAxisOf(axes: readonly string[]): string | undefined {
+  return LOAD_AXES.find((a) => axes.includes(a));
+}
+
+/** Why parts of the study are skipped: the strategies, axes or load axis the sweep lacks. */
+function studyNotes(sweep: Sweep): string[] {
+  const notes: string[] = [];
+  const missing = missingStrategies(sweep.variants);
   if (missing.length > 0) {
     notes.push(`the sweep lacks ${missing.join(", ")}: tables and findings need all four strategies`);
   }
-  const hasZipf = sweep.axes.includes(ZIPF) && sweep.axes.includes(FRAC);
-  const loadAxis = LOAD_AXES.find((a) => sweep.axes.includes(a));
-  if (!hasZipf) {
+  if (!hasZipfAxes(sweep)) {
     notes.push(
       `the sweep has no ${ZIPF} and ${FRAC} axes: there is no key scenario, no best threshold per Zipf exponent, ` +
         `and finding 1 is judged over all operational points (the workload's own popularity skew)`,
     );
   }
-  if (!loadAxis) {
+  if (!loadAxisOf(sweep.axes)) {
     notes.push(`the sweep has no load axis (${LOAD_AXES.join(" or ")}): no best threshold per load regime`);
   }
+  return notes;
+}
 
-  const operationalOf = (labels: readonly string[]) => (p: { rows: ByLabel }) =>
-    hasAll(labels)(p) && labels.every((l) => isOperational(p.rows.get(l)!));
-  // Points where every one of `labels` completed requests, so has a TTFT, hit rate and imbalance.
-  const measuredOf = (labels: readonly string[]) => (p: { rows: ByLabel }) =>
-    hasAll(labels)(p) && labels.every((l) => {
-      const m = p.rows.get(l)!.mean;
-      return m.ttftMeanMs !== null && m.hitRate !== null && m.imbalance !== null;
-    });
-  const operational = points.filter(operationalOf(STRATEGIES));
-  const isKey = (p: { values: Record<string, number | string> }) =>
-    hasZipf && p.values[ZIPF] === KEY.zipf && p.values[FRAC] === KEY.sharedFrac;
-  const keyPoints = operational.filter(isKey);
-  // Plugins get a row in both tables, over the same points as the four strategies.
-  const plugins = sweep.variants.filter((v) => v.pluginUrl !== undefined).map((v) => v.label);
-  const table = (subset: typeof points) =>
-    missing.length > 0 ? [] : [...STRATEGIES, ...plugins].map((strategy): TableRow => {
-      const rs = subset.map((p) => p.rows.get(strategy)!);
-      return {
-        strategy,
-        ttftMeanMs: avgOrNull(rs.map((r) => r.mean.ttftMeanMs)),
-        hitRate: avgOrNull(rs.map((r) => r.mean.hitRate)),
-        imbalance: avgOrNull(rs.map((r) => r.mean.imbalance)),
-        points: rs.length,
-      };
-    });
+/** The best hybrid threshold per Zipf exponent and per load regime (thirds of the load axis). */
+export interface ThresholdChoices {
+  readonly bestByZipf: readonly ThresholdChoice[];
+  readonly bestByRegime: readonly ThresholdChoice[];
+}
 
-  const thresholds = sweep.variants.filter((v) => v.name === "hybrid").map((v) => v.threshold!);
-  const hybridLabels = thresholds.map((t) => `hybrid(thr=${t})`);
-  const hybridOperational = points.filter(operationalOf(hybridLabels));
-  const choose = (subset: string, ps: typeof points): ThresholdChoice => {
+/**
+ * The best hybrid threshold over the points where every threshold is
+ * operational: per Zipf exponent (with the Zipf axes) and per load regime
+ * (with a load axis of at least three values); none with fewer than two thresholds.
+ */
+export function thresholdChoices(sweep: Sweep, rows: readonly SummaryRow[]): ThresholdChoices {
+  const points = studyPoints(sweep, rows);
+  const hybrids = sweep.variants.filter((v) => v.name === "hybrid" && v.pluginUrl === undefined);
+  const thresholds = hybrids.map((v) => variantParameter(v, "threshold")!);
+  const hybridOperational = points.filter(operationalOf(hybrids.map((v) => v.label)));
+  const choose = (subset: string, ps: readonly StudyPoint[]): ThresholdChoice => {
     const ttftByThreshold = thresholds.map((threshold, i) => ({
       threshold,
       // Every threshold is operational at these points, so each has a mean TTFT.
-      ttftMeanMs: avg(ps.map((p) => p.rows.get(hybridLabels[i])!.mean.ttftMeanMs!)),
+      ttftMeanMs: avg(ps.map((p) => p.rows.get(hybrids[i].label)!.mean.ttftMeanMs!)),
     }));
     let best: number | undefined;
     let bestTtft = Infinity;
@@ -153,10 +174,11 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
     }
     return { subset, best, ttftByThreshold, points: ps.length };
   };
-  const zipfs = hasZipf ? unique(points.map((p) => p.values[ZIPF])) : [];
+  const zipfs = hasZipfAxes(sweep) ? unique(points.map((p) => p.values[ZIPF])) : [];
   const bestByZipf = thresholds.length < 2
     ? []
     : zipfs.map((z) => choose(`zipf ${z}`, hybridOperational.filter((p) => p.values[ZIPF] === z)));
+  const loadAxis = loadAxisOf(sweep.axes);
   const rates = loadAxis
     ? unique(points.map((p) => p.values[loadAxis])).sort((a, b) => Number(a) - Number(b))
     : [];
@@ -170,21 +192,49 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
       hybridOperational.filter((p) => inBand.includes(p.values[loadAxis!])),
     );
   });
+  return { bestByZipf, bestByRegime };
+}
 
-  const opTable = table(operational), keyTable = table(keyPoints);
+/** Mean TTFT, hit rate and imbalance of the four strategies (and any plugin) over `subset`; none without the four. */
+function strategyTable(sweep: Sweep, subset: readonly StudyPoint[]): TableRow[] {
+  if (missingStrategies(sweep.variants).length > 0) return [];
+  // Plugins get a row in both tables, over the same points as the four strategies.
+  const plugins = sweep.variants.filter((v) => v.pluginUrl !== undefined).map((v) => v.label);
+  return [...STRATEGIES, ...plugins].map((strategy): TableRow => {
+    const rs = subset.map((p) => p.rows.get(strategy)!);
+    return {
+      strategy,
+      ttftMeanMs: avgOrNull(rs.map((r) => r.mean.ttftMeanMs)),
+      hitRate: avgOrNull(rs.map((r) => r.mean.hitRate)),
+      imbalance: avgOrNull(rs.map((r) => r.mean.imbalance)),
+      points: rs.length,
+    };
+  });
+}
+
+/** Computes the study from a sweep's rows. */
+export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
+  const points = studyPoints(sweep, rows);
+  const hasZipf = hasZipfAxes(sweep);
+  const operational = points.filter(operationalOf(STRATEGIES));
+  const keyPoints = operational.filter((p) =>
+    hasZipf && p.values[ZIPF] === KEY.zipf && p.values[FRAC] === KEY.sharedFrac
+  );
+  const { bestByZipf, bestByRegime } = thresholdChoices(sweep, rows);
+  const opTable = strategyTable(sweep, operational), keyTable = strategyTable(sweep, keyPoints);
   const skewed = operational.filter((p) => Number(p.values[ZIPF]) >= 1.5);
-  const findings = missing.length > 0 ? [] : [
+  const findings = missingStrategies(sweep.variants).length > 0 ? [] : [
     findingOne(
       hasZipf
         ? [["key scenario zipf 2.0 / sharedFrac 0.9", keyTable], [
           "all operational points with zipf >= 1.5",
-          table(skewed),
+          strategyTable(sweep, skewed),
         ]]
         : [["all operational points", opTable]],
     ),
     findingTwo(opTable, keyTable),
     findingThree(bestByZipf, bestByRegime),
-    findingFour(opTable, table(points.filter(measuredOf(STRATEGIES)))),
+    findingFour(opTable, strategyTable(sweep, points.filter(measuredOf(STRATEGIES)))),
   ];
   return {
     operational: opTable,
@@ -194,7 +244,7 @@ export function analyse(sweep: Sweep, rows: readonly SummaryRow[]): Study {
     bestByZipf,
     bestByRegime,
     findings,
-    notes,
+    notes: studyNotes(sweep),
   };
 }
 
@@ -216,6 +266,7 @@ const get = (t: readonly TableRow[], s: string): MeasuredRow => {
 const ms = (v: number) => `${v.toFixed(1)} ms`;
 const f3 = (v: number | null) => formatMetric(v, 3);
 
+/** Finding 1: prefix_aware's hit rate is higher but its TTFT worse than both cache-blind policies' under skew. */
 function findingOne(subsets: readonly (readonly [where: string, table: readonly TableRow[]])[]): Finding {
   const claim =
     "Pure prefix-aware raises hit rate but degrades TTFT under skew (concentration builds queues faster than cache savings pay back).";
@@ -252,6 +303,7 @@ function findingOne(subsets: readonly (readonly [where: string, table: readonly 
   };
 }
 
+/** Finding 2: hybrid(thr=1) has prefix_aware's hit rate, round_robin's balance and the best TTFT of the four. */
 function findingTwo(op: readonly TableRow[], key: readonly TableRow[]): Finding {
   const claim =
     "Hybrid (thr=1) matches prefix-aware's hit rate with round-robin's balance and the best TTFT.";
@@ -303,6 +355,7 @@ function findingTwo(op: readonly TableRow[], key: readonly TableRow[]): Finding 
   };
 }
 
+/** Finding 3: threshold 1 is hybrid's best in every subset (Zipf exponent, load regime). */
 function findingThree(byZipf: readonly ThresholdChoice[], byRegime: readonly ThresholdChoice[]): Finding {
   const claim = "The best hybrid threshold was 1 in every regime tested.";
   const all = [...byZipf, ...byRegime].filter((c) => c.best !== undefined);
@@ -342,6 +395,7 @@ function findingThree(byZipf: readonly ThresholdChoice[], byRegime: readonly Thr
   };
 }
 
+/** Finding 4: round_robin and least_load are equivalent (TTFT within 5%, hit rate within 0.01). */
 function findingFour(op: readonly TableRow[], everywhere: readonly TableRow[]): Finding {
   const claim = "Round-robin and least-load are equivalent with homogeneous instances.";
   const evidence: string[] = [];
@@ -377,105 +431,4 @@ function avgOrNull(values: readonly (number | null)[]): number | null {
 
 function unique<T>(values: readonly T[]): T[] {
   return [...new Set(values)];
-}
-
-/** Reference numbers of the original study (REFERENCE §1), shown beside ours. */
-export const ORIGINAL = {
-  operational: {
-    round_robin: [148.0, 0.362, 0.007],
-    least_load: [148.0, 0.362, 0.007],
-    prefix_aware: [204.1, 0.439, 0.173],
-    "hybrid(thr=1)": [140.4, 0.453, 0.007],
-  },
-  key: {
-    round_robin: [110.9, 0.795, 0.007],
-    least_load: [110.9, 0.795, 0.007],
-    prefix_aware: [280.3, 0.894, 0.856],
-    "hybrid(thr=1)": [104.7, 0.895, 0.007],
-  },
-} as const;
-
-/** The opening lines of any sweep's `summary.txt`. */
-export function formatHeader(sweep: Sweep, runs: number, requests: number): string {
-  return [
-    "request-routing-sim — sweep summary",
-    "",
-    ...(sweep.description ? [sweep.description, ""] : []),
-    `${sweep.points.length} points × ${sweep.variants.length} policy variants × ${sweep.seeds.length} seeds = ${runs} runs, ` +
-    `${requests.toLocaleString("en-US")} simulated requests. Metrics are means over seeds.`,
-  ].join("\n") + "\n";
-}
-
-/** `summary.txt` of a sweep of the original study's four strategies. */
-export function formatSummary(sweep: Sweep, study: Study, runs: number, requests: number): string {
-  const lines: string[] = [];
-  lines.push("request-routing-sim — sweep summary", "");
-  if (sweep.description) lines.push(sweep.description, "");
-  lines.push(
-    `${study.totalPoints} points × ${sweep.variants.length} policy variants × ${sweep.seeds.length} seeds = ${runs} runs, ` +
-      `${requests.toLocaleString("en-US")} simulated requests. Metrics are means over seeds.`,
-  );
-  lines.push(
-    `Operational regime: the ${study.operationalPoints} points where all four strategies have mean TTFT < ${
-      OPERATIONAL_TTFT_MS / 1000
-    } s and drop at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests.`,
-  );
-  for (const note of study.notes) lines.push(`Note: ${note}.`);
-  const tableText = (
-    title: string,
-    rows: readonly TableRow[],
-    original: Record<string, readonly number[]>,
-  ): void => {
-    lines.push("", title, "");
-    if (rows.length === 0 || rows[0].points === 0) {
-      lines.push("  (no points)");
-      return;
-    }
-    lines.push("  strategy         TTFT ms   hit    imbalance  | original: TTFT ms   hit    imbalance");
-    for (const r of rows) {
-      const o = original[r.strategy];
-      lines.push(
-        `  ${r.strategy.padEnd(15)} ${formatMetric(r.ttftMeanMs, 1).padStart(8)}  ${
-          f3(r.hitRate).padEnd(5)
-        }  ${f3(r.imbalance).padStart(9)}  |` +
-          (o
-            ? ` ${o[0].toFixed(1).padStart(17)}  ${f3(o[1])}  ${f3(o[2]).padStart(9)}`
-            : "  (plugin: not in the original study)"),
-      );
-    }
-  };
-  tableText(
-    `Operational regime (${study.operationalPoints} points)`,
-    study.operational,
-    ORIGINAL.operational,
-  );
-  tableText(
-    `Key scenario zipf ${KEY.zipf} / sharedFrac ${KEY.sharedFrac} (operational rates: ${
-      study.key[0]?.points ?? 0
-    })`,
-    study.key,
-    ORIGINAL.key,
-  );
-  const choices = (title: string, cs: readonly ThresholdChoice[]) => {
-    if (cs.length === 0) return;
-    lines.push("", title, "");
-    for (const c of cs) {
-      lines.push(
-        `  ${c.subset.padEnd(34)} best ${String(c.best ?? "—").padStart(2)}   ` +
-          c.ttftByThreshold.map((t) => `thr ${t.threshold}: ${t.ttftMeanMs.toFixed(1)}`).join(" · "),
-      );
-    }
-  };
-  choices(
-    "Best hybrid threshold per Zipf exponent (mean TTFT ms over points where every threshold is operational)",
-    study.bestByZipf,
-  );
-  choices("Best hybrid threshold per load regime (rates split in thirds)", study.bestByRegime);
-  lines.push("", "Findings of the original study, checked against these results", "");
-  study.findings.forEach((f, i) => {
-    lines.push(`(${i + 1}) ${f.claim}`, `    Verdict: ${f.verdict.toUpperCase()}.`);
-    for (const e of f.evidence) lines.push(`    - ${e}`);
-    lines.push("");
-  });
-  return lines.join("\n") + "\n";
 }

@@ -5,9 +5,11 @@
  * as `sweep_summary.csv` (an undefined metric — null — is an empty cell).
  */
 import { stringify } from "@std/csv";
-import type { RunResult } from "../actors/simulation.ts";
+import { policyDescriptor } from "../../actors/policies/mod.ts";
+import type { RunResult } from "../../actors/simulation.ts";
+import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
 import { ci95HalfWidthOrNull, meanOrNull } from "./statistics.ts";
-import type { Sweep } from "./sweep_spec.ts";
+import type { Sweep } from "../sweep_spec.ts";
 
 /** Metrics averaged over seeds, in CSV column order. */
 export const METRICS = [
@@ -56,8 +58,9 @@ export interface SummaryRow {
   readonly point: number;
   /** Axis path → value. */
   readonly axes: Readonly<Record<string, number | string>>;
+  /** The CSV's `policy` cell: the label less the threshold, which has a column of its own (see {@linkcode policyCell}). */
   readonly policy: string;
-  /** Hybrid's threshold; undefined for other policies. */
+  /** The variant's `threshold` parameter (hybrid's); undefined for a policy that has none. */
   readonly threshold: number | undefined;
   /** `hybrid(thr=1)`, `round_robin`, … */
   readonly label: string;
@@ -83,8 +86,8 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
       rows.push({
         point: point.index,
         axes: point.values,
-        policy: variant.name === "hybrid" ? variant.name : variant.label,
-        threshold: variant.threshold,
+        policy: policyCell(variant),
+        threshold: variantParameter(variant, "threshold"),
         label: variant.label,
         seeds: group.length,
         mean: Object.fromEntries(METRICS.map((m) => [m, meanOrNull(of(m))])) as SummaryRow["mean"],
@@ -95,6 +98,20 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
     });
   }
   return rows;
+}
+
+/**
+ * The CSV's `policy` cell: the variant's label less its `threshold`, which
+ * the `threshold` column holds — `hybrid`, `round_robin`,
+ * `llmd_weighted(prefixWeight=1)`, a plugin's name.
+ */
+export function policyCell(variant: PolicyVariant): string {
+  const threshold = variantParameter(variant, "threshold");
+  if (threshold === undefined || variant.label === variant.name) return variant.label;
+  const short = policyDescriptor(variant.name)!.params.threshold.short ?? "threshold";
+  const shown = variant.label.slice(variant.name.length + 1, -1).split(",");
+  const others = shown.filter((item) => item !== `${short}=${threshold}`);
+  return others.length === 0 ? variant.name : `${variant.name}(${others.join(",")})`;
 }
 
 /** A number as written to the CSV: integers exactly, others to 7 significant digits; null (undefined) as an empty cell. */

@@ -1,0 +1,40 @@
+/**
+ * @module
+ * One scenario simulated and timed, as `deno task run` and `deno task bench`
+ * do it: with a built-in policy in this thread, or with a router plugin in a
+ * sandboxed Worker.
+ */
+import { type RunProgress, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import type { RunReport } from "./report/run_report.ts";
+import type { RouterPlugin } from "./router_plugin.ts";
+import { runOnWorkers } from "./worker_pool.ts";
+
+/** Simulates `config` with its built-in policy, in this thread, and times it. */
+export function runScenario(
+  config: SimulationConfig,
+  onProgress?: (progress: RunProgress) => void,
+): RunReport {
+  const start = performance.now();
+  const result = simulate(config, { onProgress });
+  return { ...result, wallMs: performance.now() - start, scenario: config };
+}
+
+/**
+ * Simulates `config` with a router plugin, in a sandboxed Worker watched for
+ * hangs (see scenarios/worker_pool.ts); `wallMs` is the simulation's time there.
+ */
+export async function runPluginScenario(
+  config: SimulationConfig,
+  plugin: RouterPlugin,
+  timeoutMs: number,
+): Promise<RunReport> {
+  let wallMs = 0;
+  const [result] = await runOnWorkers([{ config, pluginUrl: plugin.url }], {
+    workers: 1,
+    plugin,
+    pluginTimeoutMs: timeoutMs,
+    readPaths: config.workload.trace?.path !== undefined ? [config.workload.trace.path] : [],
+    onWallMs: (_, ms) => wallMs = ms,
+  });
+  return { ...result, wallMs, scenario: config };
+}
