@@ -18,7 +18,7 @@ import { loadRouterPlugin } from "./router_plugin.ts";
 import { runPluginScenario } from "./run_scenario.ts";
 import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import { traceChunks, TraceTally } from "./trace_gen.ts";
+import { traceChunks, TraceTally } from "./trace_file.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 

@@ -43,7 +43,7 @@ function field(key: string): string {
  * @throws {UsageError} naming `sweep.policies[i].key` (and the list index), the value and the bounds.
  */
 function parameterValues(descriptor: PolicyDescriptor, key: string, value: unknown, where: string): number[] {
-  const parameter = descriptor.params[key];
+  const parameter = Object.hasOwn(descriptor.params, key) ? descriptor.params[key] : undefined;
   if (parameter === undefined) {
     throw new UsageError(
       `${where}: not a parameter of ${descriptor.name} (its parameters: ${parameterList(descriptor)})`,

@@ -14,6 +14,7 @@ import {
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
 } from "./command_line.ts";
+import { policyLabel } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import type { TraceOptions } from "../actors/trace_reader.ts";
 import { openTrace } from "../actors/trace_source.ts";
@@ -152,11 +153,7 @@ if (import.meta.main) {
       values,
     );
 
-    const name = plugin
-      ? `plugin ${plugin.name}`
-      : config.policy.name === "hybrid"
-      ? `hybrid(thr=${config.policy.threshold})`
-      : config.policy.name;
+    const name = plugin ? `plugin ${plugin.name}` : policyLabel(config.policy);
     const view = new LiveView(
       config.instances.count,
       config.workload.requests,

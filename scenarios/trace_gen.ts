@@ -8,16 +8,14 @@ import { basename, dirname } from "node:path";
 import {
   checkParameter,
   describeBounds,
-  mooncakeLine,
-  type MooncakeRow,
   resolveTraceGeneratorOptions,
   TRACE_GENERATOR_PARAMETER_NAMES,
   TRACE_GENERATOR_PARAMETERS,
   TraceGenerator,
   type TraceGeneratorOptions,
 } from "../actors/trace_generator.ts";
-import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
 import { writeChunksAtomic } from "./atomic_write.ts";
+import { formatSummary, traceChunks, TraceTally } from "./trace_file.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { parseFlags, runCommand } from "./command_line.ts";
 import { assertInsideResults, makeDirectoryInside } from "./output_directory.ts";
@@ -57,79 +55,6 @@ ${flagHelp()}
 A scenario or sweep names the same trace by its parameters, without a file:
   "workload": { "trace": { "generate": { "seed": 2, "agentFrac": 0.5 }, "speed": 1 } }`;
 
-/** What a written trace holds, for the one-line summary. */
-export interface TraceSummary {
-  /** Rows written. */
-  readonly requests: number;
-  /** Sessions with at least one row. */
-  readonly sessions: number;
-  /** Last timestamp minus the first, ms. */
-  readonly durationMs: number;
-  /** Mean `input_length`, tokens. */
-  readonly meanInputTokens: number;
-  /** Mean `output_length`, tokens. */
-  readonly meanOutputTokens: number;
-  /** Mean `hash_ids` per row (512-token blocks). */
-  readonly meanBlocks: number;
-}
-
-/** Characters of JSONL gathered before a chunk is handed to the writer (about 64 KiB). */
-const CHUNK_CHARS = 1 << 16;
-
-/**
- * The generator's rows as JSONL text, in chunks of about 64 KiB (one line per
- * row, each ending in a newline), tallying `summary` as it goes: memory holds
- * one chunk and the open sessions, never the trace.
- */
-export function* traceChunks(generator: TraceGenerator, summary: TraceTally): Generator<string> {
-  let lines: string[] = [], chars = 0;
-  for (let row = generator.next(); row !== undefined; row = generator.next()) {
-    const line = mooncakeLine(row);
-    summary.add(row);
-    lines.push(line);
-    chars += line.length + 1;
-    if (chars >= CHUNK_CHARS) {
-      yield lines.join("\n") + "\n";
-      lines = [];
-      chars = 0;
-    }
-  }
-  if (lines.length > 0) yield lines.join("\n") + "\n";
-}
-
-/** Running totals of the rows written. */
-export class TraceTally {
-  #requests = 0;
-  #firstMs = 0;
-  #lastMs = 0;
-  #inputTokens = 0;
-  #outputTokens = 0;
-  #blocks = 0;
-
-  /** Counts one row. */
-  add(row: MooncakeRow): void {
-    if (this.#requests === 0) this.#firstMs = row.timestamp;
-    this.#lastMs = row.timestamp;
-    this.#requests++;
-    this.#inputTokens += row.input_length;
-    this.#outputTokens += row.output_length;
-    this.#blocks += row.hash_ids.length;
-  }
-
-  /** The totals so far, with the generator's session count. */
-  summary(sessions: number): TraceSummary {
-    const n = Math.max(1, this.#requests);
-    return {
-      requests: this.#requests,
-      sessions,
-      durationMs: this.#lastMs - this.#firstMs,
-      meanInputTokens: this.#inputTokens / n,
-      meanOutputTokens: this.#outputTokens / n,
-      meanBlocks: this.#blocks / n,
-    };
-  }
-}
-
 /**
  * The generator's options from the flags (defaults for the others).
  * @throws {UsageError} naming the flag, its value and what was expected.
@@ -158,17 +83,6 @@ export function generatorOptionsFromFlags(values: Record<string, unknown>): Trac
     if (error instanceof RangeError && parameter) throw new UsageError(`--${parameter.flag}: ${m![2]}`);
     throw error;
   }
-}
-
-/** The one line `trace-gen` prints about what it wrote. */
-export function formatSummary(path: string, s: TraceSummary): string {
-  const seconds = s.durationMs / 1000;
-  return `wrote ${s.requests} requests (${s.sessions} sessions) over ${seconds.toFixed(1)} s ` +
-    `(${(seconds > 0 ? s.requests / seconds : 0).toFixed(2)} req/s) to ${path}: ` +
-    `mean input ${s.meanInputTokens.toFixed(0)} tokens (${
-      s.meanBlocks.toFixed(1)
-    } blocks of ${MOONCAKE_BLOCK_TOKENS}), ` +
-    `mean output ${s.meanOutputTokens.toFixed(1)} tokens`;
 }
 
 /**

@@ -14,7 +14,7 @@ import {
 } from "../actors/trace_generator.ts";
 import { GeneratedTraceReader } from "../actors/generated_trace_reader.ts";
 import { MOONCAKE_BLOCK_TOKENS, TraceReader, type TraceRequest } from "../actors/trace_reader.ts";
-import { traceChunks, TraceTally } from "../scenarios/trace_gen.ts";
+import { traceChunks, TraceTally } from "../scenarios/trace_file.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const B = MOONCAKE_BLOCK_TOKENS;

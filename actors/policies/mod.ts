@@ -61,11 +61,6 @@ export const POLICY_NAMES: readonly [PolicyName, ...PolicyName[]] = POLICIES.map
 
 const BY_NAME: ReadonlyMap<string, PolicyDescriptor> = new Map(POLICIES.map((d) => [d.name, d]));
 
-/** @deprecated Transitional (renovation): use {@linkcode policyDescriptor}`(name).params`. */
-export const POLICY_PARAMETERS: Readonly<Record<PolicyName, readonly string[]>> = Object.fromEntries(
-  POLICIES.map((d) => [d.name, Object.keys(d.params)]),
-) as unknown as Record<PolicyName, readonly string[]>;
-
 /** Which policy to use, with its parameters (each optional; absent ones take the descriptor's default). */
 export interface PolicySpec {
   /** A built-in policy's name. */
@@ -109,11 +104,13 @@ export function createPolicy(spec: PolicySpec): RoutingPolicy {
  * The policy's name in reports: its name, followed by the parameters that
  * are always labelled or differ from their default, by their short names —
  * `round_robin`, `hybrid(thr=1)`, `sglang_cache_aware(balanceAbs=32)`.
+ * `omit` leaves parameters out (a CSV that gives one a column of its own).
  */
-export function policyLabel(spec: PolicySpec): string {
+export function policyLabel(spec: PolicySpec, options: { readonly omit?: readonly string[] } = {}): string {
   const descriptor = requireDescriptor(spec.name);
   const shown: string[] = [];
   for (const [key, parameter] of Object.entries(descriptor.params)) {
+    if (options.omit?.includes(key)) continue;
     const value = typeof spec[key] === "number" ? spec[key] as number : parameter.default;
     if (parameter.alwaysLabelled || value !== parameter.default) {
       shown.push(`${parameter.short ?? key}=${value}`);

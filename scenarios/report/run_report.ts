@@ -4,6 +4,7 @@
  * `deno task realtime`.
  */
 import { meanOf } from "../../actors/distributions.ts";
+import { policyLabel } from "../../actors/policies/mod.ts";
 import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
 
 /** One run's report: the result plus its wall time and resolved scenario. */
@@ -15,13 +16,12 @@ export interface RunReport extends RunResult {
 }
 
 /**
- * The run's policy in its report: `hybrid(thr=1)`, a built-in's name (other
- * parameters are not shown), or `plugin NAME`.
+ * The run's policy in its report: its label (`hybrid(thr=1)`,
+ * `sglang_cache_aware(balanceAbs=32)`, `round_robin`), or `plugin NAME`.
  */
 export function runPolicyLabel(report: RunResult & { readonly scenario: SimulationConfig }): string {
   const { policy } = report.scenario;
-  if (report.policy !== policy.name) return `plugin ${report.policy}`;
-  return policy.name === "hybrid" ? `hybrid(thr=${policy.threshold})` : policy.name;
+  return report.policy !== policy.name ? `plugin ${report.policy}` : policyLabel(policy);
 }
 
 /** `value` to `digits` decimals, or `n/a` when the metric is undefined for this run (null). */

@@ -5,7 +5,7 @@
  * as `sweep_summary.csv` (an undefined metric — null — is an empty cell).
  */
 import { stringify } from "@std/csv";
-import { policyDescriptor } from "../../actors/policies/mod.ts";
+import { policyLabel, type PolicyName } from "../../actors/policies/mod.ts";
 import type { RunResult } from "../../actors/simulation.ts";
 import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
 import { ci95HalfWidthOrNull, meanOrNull } from "./statistics.ts";
@@ -106,12 +106,8 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
  * `llmd_weighted(prefixWeight=1)`, a plugin's name.
  */
 export function policyCell(variant: PolicyVariant): string {
-  const threshold = variantParameter(variant, "threshold");
-  if (threshold === undefined || variant.label === variant.name) return variant.label;
-  const short = policyDescriptor(variant.name)!.params.threshold.short ?? "threshold";
-  const shown = variant.label.slice(variant.name.length + 1, -1).split(",");
-  const others = shown.filter((item) => item !== `${short}=${threshold}`);
-  return others.length === 0 ? variant.name : `${variant.name}(${others.join(",")})`;
+  if (variant.pluginUrl !== undefined) return variant.label;
+  return policyLabel({ name: variant.name as PolicyName, ...variant.params }, { omit: ["threshold"] });
 }
 
 /** A number as written to the CSV: integers exactly, others to 7 significant digits; null (undefined) as an empty cell. */
