@@ -191,3 +191,31 @@ Deno.test("the layering check sees every kind of import and names file, line and
     `scenarios/testing.ts:3: imports "../tests/_std_assert.ts" (tests/_std_assert.ts): nothing under actors/ or scenarios/ imports from tests/`,
   ]);
 });
+
+/** The breaches of "no module imports a command-line tool" (a file with a top-level `if (import.meta.main)`). */
+function cliImports(files: ReadonlyMap<string, string>): string[] {
+  const clis = new Set(
+    [...files].filter(([, source]) => /^if \(import\.meta\.main\)/m.test(source)).map(([p]) => p),
+  );
+  const violations: string[] = [];
+  for (const [path, source] of files) {
+    for (const { line, specifier } of importsOf(path, source)) {
+      const target = resolveImport(path, specifier);
+      if (target !== undefined && clis.has(target)) {
+        violations.push(`${path}:${line}: imports the command-line tool ${target}`);
+      }
+    }
+  }
+  return violations;
+}
+
+Deno.test("no module imports a command-line tool: what two tools share lives in a module of its own", async () => {
+  const files = await sources("scenarios");
+  await sources("actors", files);
+  const clis = [...files].filter(([, source]) => /^if \(import\.meta\.main\)/m.test(source)).map(([p]) => p);
+  assert(clis.includes("scenarios/sweep.ts") && clis.includes("scenarios/run.ts"), `tools found: ${clis}`);
+  assertEquals(cliImports(files), []);
+  // The check has power: a module that imports a tool is named.
+  const probe = new Map([...files, ["scenarios/probe.ts", `import { x } from "./sweep.ts";`]]);
+  assertEquals(cliImports(probe), [`scenarios/probe.ts:1: imports the command-line tool scenarios/sweep.ts`]);
+});
