@@ -17,7 +17,7 @@ import { fileSystemErrorMessage } from "../scenarios/file_system_error.ts";
 import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
 import { parseScenario, resolveTracePath } from "../scenarios/scenario.ts";
 import { runOnWorkers } from "../scenarios/worker_pool.ts";
-import { messageLine } from "./_cli.ts";
+import { messageLine, runScript } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const MALFORMED = `${ROOT}tests/fixtures/mooncake_malformed.jsonl`;
@@ -188,27 +188,6 @@ Deno.test("a plugin's Worker is believed about a malformed trace only when the h
   }
 });
 
-/** `deno run` of a command's entry point as its task runs it, writing only under `out`. */
-async function cli(script: string, out: string, ...args: string[]) {
-  const output = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--no-prompt",
-      "--allow-read",
-      `--allow-write=${out}`,
-      "--allow-ffi",
-      "--allow-sys",
-      `scenarios/${script}.ts`,
-      ...args,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  return { code: output.code, stderr: new TextDecoder().decode(output.stderr) };
-}
-
 Deno.test("sweep and run --router over a malformed trace exit 2 with run's one line", async () => {
   const out = await Deno.makeTempDir();
   try {
@@ -222,16 +201,16 @@ Deno.test("sweep and run --router over a malformed trace exit 2 with run's one l
         seeds: [1],
       }),
     );
-    const run = await cli("run", out, "--model", "batching", "--trace", MALFORMED);
+    const run = await runScript("run", out, "--model", "batching", "--trace", MALFORMED);
     assertEquals(run.code, 2, run.stderr);
     const expected = messageLine(run.stderr);
     assertMatch(expected, /^error: .*mooncake_malformed\.jsonl:7: input_length: /);
 
-    const sweep = await cli("sweep", out, "--spec", spec, "--out", `${out}/sweep`);
+    const sweep = await runScript("sweep", out, "--spec", spec, "--out", `${out}/sweep`);
     assertEquals([sweep.code, messageLine(sweep.stderr)], [2, expected]);
 
     const router = ["--router", "tests/fixtures/plugin_bad_instance.ts"];
-    const plugged = await cli("run", out, "--model", "batching", "--trace", MALFORMED, ...router);
+    const plugged = await runScript("run", out, "--model", "batching", "--trace", MALFORMED, ...router);
     assertEquals([plugged.code, messageLine(plugged.stderr)], [2, expected]);
   } finally {
     await Deno.remove(out, { recursive: true });
@@ -252,7 +231,7 @@ Deno.test("a plugin's failure in a sweep exits 1 with its kind, the run named on
       }),
     );
     const router = ["--router", "tests/fixtures/plugin_bad_instance.ts"];
-    const sweep = await cli("sweep", out, "--spec", spec, "--out", `${out}/sweep`, ...router);
+    const sweep = await runScript("sweep", out, "--spec", spec, "--out", `${out}/sweep`, ...router);
     assertEquals(sweep.code, 1, sweep.stderr);
     const line = messageLine(sweep.stderr);
     assertMatch(line, /^run failed: invalid_choice: run \d+: policy "bad_instance" returned 5/);
