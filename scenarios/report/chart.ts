@@ -8,7 +8,7 @@
 import * as Plot from "@observablehq/plot";
 import { parseHTML } from "linkedom";
 import type { SummaryRow } from "./sweep_summary.ts";
-import { STRATEGIES } from "./study_findings.ts";
+import { STRATEGIES, type ThresholdChoice } from "./study_findings.ts";
 import type { PolicyVariant } from "../policy_variants.ts";
 
 const FONT = "DejaVu Sans, Verdana, sans-serif";
@@ -132,4 +132,34 @@ export function meansBy(
     groups.set(key, g);
   }
   return [...groups.values()].map((g) => ({ strategy: g.label, x: g.x, y: g.sum / g.n }));
+}
+
+/** Hybrid's mean TTFT per threshold, one line per subset of points (a Zipf exponent, a load regime). */
+export function thresholdChart(
+  choices: readonly ThresholdChoice[],
+  subtitle: string,
+  xLabel: string,
+): Chart {
+  const data = choices.flatMap((c) =>
+    c.ttftByThreshold.map((t) => ({ series: c.subset, threshold: t.threshold, ttft: t.ttftMeanMs }))
+  ).filter((d) => Number.isFinite(d.ttft));
+  const series = choices.map((c) => c.subset);
+  return {
+    file: "hybrid_threshold_sweep.png",
+    title: "Hybrid: mean TTFT vs threshold",
+    svg: figure(
+      "Hybrid: mean TTFT vs queue-depth threshold",
+      subtitle,
+      series.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
+      plot({
+        x: { label: xLabel, ticks: [...new Set(data.map((d) => d.threshold))] },
+        y: { label: "mean TTFT (ms)", grid: true },
+        color: { domain: series, range: SERIES_COLORS },
+        marks: [
+          Plot.lineY(data, { x: "threshold", y: "ttft", stroke: "series", strokeWidth: 2 }),
+          Plot.dot(data, { x: "threshold", y: "ttft", fill: "series", r: 3 }),
+        ],
+      }),
+    ),
+  };
 }

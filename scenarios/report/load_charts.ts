@@ -6,7 +6,15 @@
  * threshold in each load regime.
  */
 import * as Plot from "@observablehq/plot";
-import { type Chart, figure, meansBy, plot, SERIES_COLORS, type SvgElement, variantColors } from "./chart.ts";
+import {
+  type Chart,
+  figure,
+  meansBy,
+  plot,
+  type SvgElement,
+  thresholdChart,
+  variantColors,
+} from "./chart.ts";
 import type { ReportSection } from "./section.ts";
 import {
   LOAD_AXES,
@@ -114,33 +122,13 @@ export function loadCharts(rows: readonly SummaryRow[], sweep: Sweep, loadAxis: 
 
 /** Hybrid's mean TTFT per threshold in each load regime; undefined when no threshold has one. */
 export function thresholdByRegimeChart(byRegime: readonly ThresholdChoice[]): Chart | undefined {
-  const thresholdData = byRegime.flatMap((c) =>
-    c.ttftByThreshold.map((t) => ({ regime: c.subset, threshold: t.threshold, ttft: t.ttftMeanMs }))
-  ).filter((d) => Number.isFinite(d.ttft));
-  if (thresholdData.length === 0) return undefined;
-  const regimes = byRegime.map((c) => c.subset);
-  return {
-    file: "hybrid_threshold_sweep.png",
-    title: "Hybrid: mean TTFT vs threshold",
-    svg: figure(
-      "Hybrid: mean TTFT vs queue-depth threshold",
-      "Mean over the operational points of each load regime; threshold 0 = least_load",
-      regimes.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
-      plot({
-        x: {
-          // Model-neutral: `queued` is the waiting requests (FIFO) or those owed their first token (batching).
-          label: "hybrid threshold (requests queued at the cached instance)",
-          ticks: [...new Set(thresholdData.map((d) => d.threshold))],
-        },
-        y: { label: "mean TTFT (ms)", grid: true },
-        color: { domain: regimes, range: SERIES_COLORS },
-        marks: [
-          Plot.lineY(thresholdData, { x: "threshold", y: "ttft", stroke: "regime", strokeWidth: 2 }),
-          Plot.dot(thresholdData, { x: "threshold", y: "ttft", fill: "regime", r: 3 }),
-        ],
-      }),
-    ),
-  };
+  if (!byRegime.some((c) => c.ttftByThreshold.some((t) => Number.isFinite(t.ttftMeanMs)))) return undefined;
+  return thresholdChart(
+    byRegime,
+    "Mean over the operational points of each load regime; threshold 0 = least_load",
+    // Model-neutral: `queued` is the waiting requests (FIFO) or those owed their first token (batching).
+    "hybrid threshold (requests queued at the cached instance)",
+  );
 }
 
 /** `load`: needs a load axis (`workload.ratePerSec` or `workload.trace.speed`). */

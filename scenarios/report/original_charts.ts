@@ -6,7 +6,16 @@
  * against the shared-prefix fraction.
  */
 import * as Plot from "@observablehq/plot";
-import { type Chart, figure, plot, plotted, SERIES_COLORS, strategyColor, strategyLegend } from "./chart.ts";
+import {
+  type Chart,
+  figure,
+  plot,
+  plotted,
+  SERIES_COLORS,
+  strategyColor,
+  strategyLegend,
+  thresholdChart,
+} from "./chart.ts";
 import type { ReportSection } from "./section.ts";
 import {
   FRAC,
@@ -96,31 +105,11 @@ function ttftVsArrival(perScenario: readonly StrategyDatum[]): Chart {
 
 /** Hybrid's mean TTFT per threshold, one line per Zipf exponent. */
 function thresholdByZipf(bestByZipf: readonly ThresholdChoice[]): Chart {
-  const thresholdData = bestByZipf.flatMap((c) =>
-    c.ttftByThreshold.map((t) => ({ zipf: c.subset, threshold: t.threshold, ttft: t.ttftMeanMs }))
-  ).filter((d) => Number.isFinite(d.ttft));
-  const zipfLabels = bestByZipf.map((c) => c.subset);
-  return {
-    file: "hybrid_threshold_sweep.png",
-    title: "Hybrid: mean TTFT vs threshold",
-    svg: figure(
-      "Hybrid: mean TTFT vs queue-depth threshold",
-      "Mean over operational points of each Zipf exponent (all thresholds < 2 s); threshold 0 = least_load",
-      zipfLabels.map((z, i) => ({ label: z, color: SERIES_COLORS[i % SERIES_COLORS.length] })),
-      plot({
-        x: {
-          label: "hybrid threshold (waiting requests at the cached instance)",
-          ticks: [...new Set(thresholdData.map((d) => d.threshold))],
-        },
-        y: { label: "mean TTFT (ms)", grid: true },
-        color: { domain: zipfLabels, range: SERIES_COLORS },
-        marks: [
-          Plot.lineY(thresholdData, { x: "threshold", y: "ttft", stroke: "zipf", strokeWidth: 2 }),
-          Plot.dot(thresholdData, { x: "threshold", y: "ttft", fill: "zipf", r: 3 }),
-        ],
-      }),
-    ),
-  };
+  return thresholdChart(
+    bestByZipf,
+    "Mean over operational points of each Zipf exponent (all thresholds < 2 s); threshold 0 = least_load",
+    "hybrid threshold (waiting requests at the cached instance)",
+  );
 }
 
 /** Request hit rate of the four strategies against the shared-prefix fraction, at the median rate. */
