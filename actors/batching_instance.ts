@@ -616,6 +616,10 @@ export const model: InstanceModel<"batching"> = {
   name: "batching",
   summary: "vLLM-like continuous batching: engine steps, KV blocks with prefix caching, preemption",
   cacheUnit: "blocks",
+  decodes: true,
+  describe: ({ engine: e }) =>
+    `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
+    `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`,
   cacheCapacity: (config) => config.engine.kvBlocks,
   create: (index, config, metrics, reporting) =>
     new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics, reporting),

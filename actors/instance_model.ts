@@ -78,6 +78,13 @@ export interface InstanceModel<Name extends string = string> {
    * instances' block events).
    */
   readonly cacheUnit: "groups" | "blocks";
+  /**
+   * Whether it generates output tokens in engine steps, so that TPOT,
+   * tokens/s and KV utilisation mean something (reports show them).
+   */
+  readonly decodes: boolean;
+  /** One line naming the model and its settings, for a run's report: `fifo (30 ms + …)`. */
+  describe(config: InstancesConfig): string;
   /** What one instance can cache, in `cacheUnit`: the approximate view's default capacity. */
   cacheCapacity(config: InstancesConfig): number;
   /** Builds instance `index`, sending finished requests to `metrics` and reporting as `reporting` says. */

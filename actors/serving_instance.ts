@@ -228,6 +228,9 @@ export const model: InstanceModel<"fifo"> = {
   name: "fifo",
   summary: "one request at a time in arrival order; TTFT = wait + overhead + prefill of the uncached prompt",
   cacheUnit: "groups",
+  decodes: false,
+  describe: (c) =>
+    `fifo (${c.overheadMs} ms + ${c.prefillMsPerToken} ms/uncached token, cache ${c.cacheCapacity} groups)`,
   cacheCapacity: (config) => config.cacheCapacity,
   create: (index, config, metrics, reporting) => new ServingInstance(index, config, metrics, reporting),
 };

@@ -10,6 +10,7 @@ import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
 import { describeBounds, POLICIES } from "../actors/policies/mod.ts";
+import { MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
 import {
   checkTraceFile,
   deepMerge,
@@ -111,6 +112,11 @@ function policiesHelp(): string {
   ]).join("\n");
 }
 
+/** One help line per registered instance model: its name and summary. */
+function modelsHelp(): string {
+  return MODELS.map((m) => `${" ".repeat(25)}${m.name}: ${m.summary}`).join("\n");
+}
+
 /** Help text for the scenario flags. */
 export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; defaults in README):
   --scenario FILE        JSON scenario file (see scenarios/example.json)
@@ -119,7 +125,8 @@ export const SCENARIO_FLAGS_HELP = `Scenario flags (override the scenario file; 
 ${policiesHelp()}
   --router FILE.ts       use a router plugin instead of --policy (see README)
   --plugin-timeout-ms N  wall ms a plugin may take to load or to make one routing decision (default 5000)
-  --model M              instance model: fifo (the original study's) | batching
+  --model M              instance model (default ${MODEL_NAMES[0]}):
+${modelsHelp()}
   --preset NAME          batching engine: qwen2.5-7b | llama-3.1-8b | qwen3-14b | llama-3.3-70b-tp4
   --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
   --trace-speed X        compress trace time by X (2 = twice the load), > 0

@@ -139,8 +139,13 @@ for (const model of MODELS) {
     assert(last <= 40, `stopAt returned ${last}`);
   });
 
-  Deno.test(`${model.name}: the descriptor's cache unit and capacity match the model`, () => {
+  Deno.test(`${model.name}: the descriptor's cache unit, capacity and description match the model`, () => {
     const capacity = model.cacheCapacity(config(model.name));
     assertEquals(capacity, model.cacheUnit === "blocks" ? 64 : 4);
+    // A run's report names the model first.
+    assert(
+      model.describe(config(model.name)).startsWith(`${model.name} `),
+      model.describe(config(model.name)),
+    );
   });
 }

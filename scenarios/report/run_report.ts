@@ -4,6 +4,7 @@
  * `deno task realtime`.
  */
 import { meanOf } from "../../actors/distributions.ts";
+import { instanceModel } from "../../actors/instance_models.ts";
 import { policyLabel } from "../../actors/policies/mod.ts";
 import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
 
@@ -31,18 +32,15 @@ export function formatMetric(value: number | null, digits: number, unit = ""): s
 
 /** The human-readable table of one run; a metric the run cannot define (null) reads `n/a`. */
 export function formatReport(report: RunReport): string {
-  const c = report.scenario, w = c.workload, p = w.prefix, e = c.instances.engine;
+  const c = report.scenario, w = c.workload, p = w.prefix;
   const ms = (v: number | null) => formatMetric(v, 1);
   const f3 = (v: number | null) => formatMetric(v, 3);
   const percent = (v: number | null) => formatMetric(v === null ? null : v * 100, 1, "%");
   const suffix = w.suffixTokens.dist === "constant"
     ? `${w.suffixTokens.value}`
     : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
-  const batching = c.instances.model === "batching";
-  const model = batching
-    ? `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
-      `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`
-    : `fifo (${c.instances.overheadMs} ms + ${c.instances.prefillMsPerToken} ms/uncached token, cache ${c.instances.cacheCapacity} groups)`;
+  const instances = instanceModel(c.instances.model);
+  const model = instances.describe(c.instances);
   const workload = w.trace?.generate !== undefined
     ? `generated trace (${w.trace.generate.requests} requests at ${
       Number(w.trace.generate.ratePerSec.toPrecision(4))
@@ -65,7 +63,7 @@ export function formatReport(report: RunReport): string {
     }  p99 ${ms(report.ttftP99Ms)}`,
     `  queue wait    mean ${formatMetric(report.queueWaitMeanMs, 1, " ms")}`,
   ];
-  if (batching) {
+  if (instances.decodes) {
     lines.push(
       `  TPOT          mean ${formatMetric(report.tpotMeanMs, 2, " ms")} · end-to-end mean ${
         formatMetric(report.e2eMeanMs, 1, " ms")
