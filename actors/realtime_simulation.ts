@@ -90,14 +90,16 @@ export async function simulateRealtime(
   config: SimulationConfig,
   options: RealtimeOptions,
 ): Promise<RealtimeResult> {
-  // What each instance last said it holds (waiting + running): the
-  // instances' own account, independent of the metrics collector's.
-  const held = new Array<number>(config.instances.count).fill(0);
-  let arrivals = 0;
+  // Requests the instances hold, counted from the deliveries themselves
+  // (serves in, completions and drops out), independently of the metrics
+  // collector's account — and exact when the run stops early, unlike the
+  // instances' last status, which a delay or a reporting interval makes late.
+  let arrivals = 0, served = 0, finished = 0;
   const tap: DeliveryTap = (message, to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route") arrivals++;
-    else if (m.type === "status") held[m.instance] = m.waiting + m.running;
+    else if (m.type === "serve") served++;
+    else if (m.type === "completed" || m.type === "dropped") finished++;
     options.onDeliver?.(message, to, timeMs);
   };
   const runtime = new WorkerRuntime({
@@ -110,7 +112,7 @@ export async function simulateRealtime(
   try {
     const collector = buildMetrics(config.instances.count);
     const run = wire(config, placeInWorkers(runtime, config, collector, options));
-    await runtime.start();
+    await runtime.start({ signal: options.signal });
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
     runtime.kernel.send(run.source, { type: "start" });
     await runtime.run(new WallClock(options.wallTime, options.speed), {
@@ -119,7 +121,7 @@ export async function simulateRealtime(
     });
 
     const summary = collector.summary();
-    const inFlight = held.reduce((a, b) => a + b, 0) + pendingRequests(runtime.kernel).inFlight;
+    const inFlight = served - finished + pendingRequests(runtime.kernel).inFlight;
     checkConservation(
       { arrivals, completed: summary.completed, dropped: summary.dropped, inFlight },
       runtime.kernel.nowMs,

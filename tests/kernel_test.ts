@@ -256,3 +256,25 @@ Deno.test("kernel: a cancelled message does not move the clock", () => {
   assertEquals(sink.received.map((r) => r.message.label), ["kept"]);
   assertEquals(kernel.nowMs, 1);
 });
+
+Deno.test("runWithClock reports a status only for deliveries, and waits on any thenable a clock returns", async () => {
+  const kernel = new Kernel();
+  const sink = new Recorder<Note>();
+  const ref = kernel.spawn("sink", sink);
+  kernel.cancel(kernel.send(ref, note("cancelled"), 1));
+  kernel.send(ref, note("kept"), 2);
+  const synced: number[] = [];
+  let waits = 0;
+  await kernel.runWithClock({
+    synchronize(t) {
+      // A clock built on another promise library: a thenable, not a native Promise.
+      if (waits++ % 2 === 0 && t !== Infinity) {
+        return { then: (resolve: () => void) => resolve() } as unknown as Promise<void>;
+      }
+      return SYNCHRONIZED;
+    },
+  }, { onSync: (_status, t) => synced.push(t) });
+  assertEquals(sink.received.map((r) => r.message.label), ["kept"]);
+  assertEquals(synced, [2]);
+  assertEquals(kernel.messagesDelivered, 1);
+});

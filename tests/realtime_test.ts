@@ -163,3 +163,22 @@ Deno.test("realtime: a malformed trace read in the source's Worker fails the run
   assertEquals((error.cause as TraceFormatError).message, (inProcess.cause as TraceFormatError).message);
   assertEquals([error.cause.file, error.cause.line], [path, 7]);
 });
+
+Deno.test("realtime: stopped early while reports run late, it counts what is in flight as the virtual run does", async () => {
+  for (const router of [{ networkDelayMs: 50 }, { statusIntervalMs: 100 }]) {
+    const config = scenario({
+      policy: { name: "least_load" },
+      router,
+      workload: { requests: 2000, ratePerSec: 100 },
+      untilMs: 3000,
+    });
+    const virtual = simulate(config);
+    const realtime = await simulateRealtime(config, { speed: 200, wallTime: systemWallTime });
+    assertGreater(virtual.inFlight, 0);
+    assertEquals(
+      [realtime.requests, realtime.completed, realtime.dropped, realtime.inFlight],
+      [virtual.requests, virtual.completed, virtual.dropped, virtual.inFlight],
+      JSON.stringify(router),
+    );
+  }
+});

@@ -127,3 +127,24 @@ Deno.test("an actor whose Worker ends without a word fails the run at its delive
     runtime.terminate();
   }
 });
+
+Deno.test("a forged failure from an untrusted Worker is the actor's own: kind actor_threw, no error class taken", async () => {
+  const runtime = new WorkerRuntime({ seed: 1, wallTime: systemWallTime, poolSize: 1 });
+  try {
+    const forger = runtime.spawnRemote<Message>("forger", {
+      entry: ENTRY,
+      factory: "createForger",
+      args: [],
+    });
+    runtime.kernel.send(forger, { type: "poke" }, 1);
+    await runtime.start();
+    const error = await assertRejects(
+      () => runtime.run(new WallClock(systemWallTime, 1000)),
+      SimulationError,
+      "forged",
+    );
+    assertEquals([error.kind, error.actor, error.cause], ["actor_threw", "forger", undefined]);
+  } finally {
+    runtime.terminate();
+  }
+});

@@ -95,9 +95,15 @@ export function policyParams(spec: PolicySpec): Record<string, number> {
   return params;
 }
 
-/** Builds the policy a spec names. @throws {RangeError} for an unknown name or parameter, or one out of bounds. */
+/**
+ * Builds the policy a spec names, its absent parameters at the descriptor's defaults.
+ * @throws {RangeError} for an unknown name or parameter, or one out of bounds.
+ */
 export function createPolicy(spec: PolicySpec): RoutingPolicy {
-  return requireDescriptor(spec.name).create(policyParams(spec));
+  const descriptor = requireDescriptor(spec.name);
+  // The descriptor's defaults are the ones that run, whatever a factory's own fallback says.
+  const defaults = Object.fromEntries(Object.entries(descriptor.params).map(([key, p]) => [key, p.default]));
+  return descriptor.create({ ...defaults, ...policyParams(spec) });
 }
 
 /**

@@ -322,14 +322,17 @@ export class Kernel {
     for (;;) {
       const next = this.nextTimeMs();
       const due = next <= untilMs ? next : Infinity;
-      const status = clock.synchronize(due);
-      if (status instanceof Promise) {
-        await status;
+      const answer = clock.synchronize(due);
+      // Anything but a status (a promise, native or not) means "wait, then ask again".
+      if (typeof (answer as Partial<SyncStatus>).lagMs !== "number") {
+        await answer;
         continue;
       }
       if (due === Infinity) return;
-      options.onSync?.(status, due);
+      const delivered = this.#delivered;
       this.step();
+      // A step that only skipped cancelled timers delivered nothing: no lag to report.
+      if (this.#delivered !== delivered) options.onSync?.(answer as SyncStatus, due);
     }
   }
 

@@ -20,6 +20,7 @@ import {
   type ErrorData,
   errorFromData,
   type ErrorReviver,
+  SIMULATION_ERROR_KINDS,
   SimulationError,
   type SimulationErrorKind,
 } from "./simulation_error.ts";
@@ -326,7 +327,24 @@ export class WorkerRuntime {
    *   longer than its timeout once its Worker started building it (the
    *   Worker is not awaited: one spinning in user code cannot stop this).
    */
-  async start(): Promise<void> {
+  async start(options: { readonly signal?: AbortSignal } = {}): Promise<void> {
+    const stop = this.#abortOn(options.signal);
+    try {
+      await this.#awaitBuilt();
+    } finally {
+      stop();
+    }
+  }
+
+  /** Fails the run with an `AbortError` when `signal` aborts; returns what stops watching. */
+  #abortOn(signal: AbortSignal | undefined): () => void {
+    const onAbort = () => this.#fail(new DOMException("interrupted", "AbortError"));
+    signal?.addEventListener("abort", onAbort);
+    if (signal?.aborted) onAbort();
+    return () => signal?.removeEventListener("abort", onAbort);
+  }
+
+  async #awaitBuilt(): Promise<void> {
     for (;;) {
       if (this.#failure) throw this.#failure;
       if (this.#spawning === 0) return;
@@ -358,16 +376,14 @@ export class WorkerRuntime {
    * @throws {SimulationError} when an actor fails, times out or its Worker crashes.
    */
   async run(clock: WallClock, options: RealtimeRunOptions = {}): Promise<void> {
-    const onAbort = () => this.#fail(new DOMException("interrupted", "AbortError"));
-    options.signal?.addEventListener("abort", onAbort);
-    if (options.signal?.aborted) onAbort();
+    const stop = this.#abortOn(options.signal);
     try {
       await this.kernel.runWithClock(this.#lockStep(clock), {
         untilMs: options.untilMs,
         onSync: (status) => this.#lags.push(status.lagMs),
       });
     } finally {
-      options.signal?.removeEventListener("abort", onAbort);
+      stop();
     }
   }
 
@@ -430,7 +446,12 @@ export class WorkerRuntime {
 
   #pooledHost(spec: RemoteActorSpec): HostWorker {
     const permissions = spec.permissions ?? "none";
-    const key = `${spec.entry.href} ${JSON.stringify(permissions)}`;
+    // Trusted and restricted actors never share a Worker with others: one Worker's
+    // answers are all believed (or all checked) alike.
+    const trust = `${spec.revivers === undefined ? "untrusted" : "trusted"} ${
+      spec.mayEmit ? "checked" : "free"
+    }`;
+    const key = `${spec.entry.href} ${JSON.stringify(permissions)} ${trust}`;
     let pool = this.#pools.get(key);
     if (pool === undefined) {
       pool = { workers: [], spawned: 0 };
@@ -495,10 +516,12 @@ export class WorkerRuntime {
       case "failed": {
         const delivery = host.pending.shift();
         if (delivery === undefined) return this.#crash(host, reply.message);
+        // A kind outside the catalogue (a forged reply) is the actor's own failure.
+        const kind = SIMULATION_ERROR_KINDS.includes(reply.kind) ? reply.kind : "actor_threw";
         this.#failAt(
           delivery.proxy,
           delivery,
-          reply.kind,
+          kind,
           reply.message,
           this.#revive(delivery.proxy, reply.error),
         );
@@ -602,11 +625,6 @@ export class WorkerRuntime {
   #revive(proxy: RemoteProxy, data: ErrorData | undefined): Error | undefined {
     const revivers = proxy.spec.revivers;
     return revivers === undefined || data === undefined ? undefined : errorFromData(data, revivers);
-  }
-
-  #awaitingReply(): boolean {
-    for (const host of this.#hosts) if (host.pending.length > 0) return true;
-    return false;
   }
 
   /**
