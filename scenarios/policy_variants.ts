@@ -14,6 +14,7 @@ import {
   type PolicyName,
 } from "../actors/policies/mod.ts";
 import { UsageError } from "./usage_error.ts";
+import { show } from "./scenario.ts";
 
 /** One policy variant of a sweep: a built-in policy with one value per parameter it sets, or a plugin. */
 export interface PolicyVariant {
@@ -49,19 +50,19 @@ function parameterValues(descriptor: PolicyDescriptor, key: string, value: unkno
       `${where}: not a parameter of ${descriptor.name} (its parameters: ${parameterList(descriptor)})`,
     );
   }
-  const list = Array.isArray(value) ? value : [value];
-  if (list.length === 0 || list.some((v) => typeof v !== "number")) {
-    throw new UsageError(
-      `${where}: expected a number or a non-empty list of numbers, got ${JSON.stringify(value)}`,
-    );
+  const list: unknown[] = Array.isArray(value) ? value : [value];
+  if (list.length === 0 || !Array.isArray(value) && typeof value !== "number") {
+    throw new UsageError(`${where}: expected a number or a non-empty list of numbers, got ${show(value)}`);
   }
-  list.forEach((v: number, j) => {
+  list.forEach((v, j) => {
+    const at = Array.isArray(value) ? `${where}[${j}]` : where;
+    // Not a number, or one beyond a double's range (kept as written: see scenario.ts).
+    if (typeof v !== "number") throw new UsageError(`${at}: expected a number, got ${show(v)}`);
     if (!inBounds(parameter, v)) {
-      const at = Array.isArray(value) ? `${where}[${j}]` : where;
       throw new UsageError(`${at}: expected ${describeBounds(parameter)}, got ${v}`);
     }
   });
-  return list;
+  return list as number[];
 }
 
 /**
@@ -88,6 +89,14 @@ export function expandPolicy(entry: PolicyEntry, index: number): PolicyVariant[]
 
 /** The variant of a router plugin added to a sweep: labelled by its name, with no parameters. */
 export function pluginVariant(plugin: { readonly name: string; readonly url: string }): PolicyVariant {
+  // Its name is its label: it must not pass for a built-in policy (or one of its variants).
+  if (policyDescriptor(plugin.name) !== undefined || /[()]/.test(plugin.name)) {
+    throw new UsageError(
+      `--router: the plugin's name "${plugin.name}" ${
+        /[()]/.test(plugin.name) ? "looks like a built-in policy's label" : "is a built-in policy's"
+      }; give it a name of its own`,
+    );
+  }
   return { name: plugin.name, label: plugin.name, params: {}, pluginUrl: plugin.url };
 }
 

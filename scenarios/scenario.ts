@@ -434,9 +434,11 @@ function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
   return value;
 }
 
-function show(value: unknown): string {
+/** A value as an error message shows it: JSON, an out-of-range number as written, `nothing` for undefined. */
+export function show(value: unknown): string {
   if (value === undefined) return "nothing";
   if (value instanceof OutOfRangeNumber) return value.raw;
+  if (Array.isArray(value)) return `[${value.map(show).join(",")}]`;
   return typeof value === "string" ? JSON.stringify(value) : JSON.stringify(value) ?? String(value);
 }
 

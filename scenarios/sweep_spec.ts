@@ -84,7 +84,8 @@ export interface Sweep {
   readonly runs: readonly SweepRun[];
 }
 
-const RESERVED_AXES = ["seed", "policy", "policy.name", "policy.threshold"];
+/** Axes that are not scenario fields: seeds and policies have lists of their own. */
+const isReservedAxis = (axis: string) => axis === "seed" || axis === "policy" || axis.startsWith("policy.");
 
 /**
  * Validates a sweep spec and expands it. Every run's scenario is parsed, and
@@ -118,11 +119,39 @@ export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
 
 /** The spec as the schema reads it. @throws {UsageError} naming the first invalid field. */
 function readSpec(input: unknown): SweepSpec {
+  const proto = protoKeyPath(input, ["sweep"]);
+  if (proto !== undefined) {
+    throw new UsageError(`${proto}: not a field (a sweep file never sets an object's prototype)`);
+  }
+  const base = (input as { base?: unknown } | null)?.base;
+  if (base !== null && typeof base === "object" && Object.hasOwn(base, "policy")) {
+    throw new UsageError(
+      "sweep.base.policy: not a sweep field; each run's policy is one variant of sweep.policies (list its parameters there)",
+    );
+  }
   const parsed = sweepSchema.safeParse(input);
   if (parsed.success) return parsed.data;
   const issue = parsed.error.issues[0];
   const path = issue.code === "unrecognized_keys" ? [...issue.path, issue.keys[0]] : issue.path;
-  const name = ["sweep", ...path].map((k, i) =>
+  const name = fieldName(["sweep", ...path.map((k) => typeof k === "symbol" ? String(k) : k)]);
+  throw new UsageError(`${name}: ${describeIssue(issue, input, path)}`);
+}
+
+/** The path of the first own `__proto__` key in `value` (JSON.parse makes one an own property), if any. */
+function protoKeyPath(value: unknown, path: readonly (string | number)[]): string | undefined {
+  if (value === null || typeof value !== "object") return undefined;
+  for (const [key, child] of Object.entries(value)) {
+    const here = [...path, Array.isArray(value) ? Number(key) : key];
+    if (key === "__proto__") return fieldName(here);
+    const found = protoKeyPath(child, here);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+/** `sweep.policies[0].threshold`, `sweep.axes["workload.prefix.zipf"]`: a path as messages name it. */
+function fieldName(path: readonly (string | number)[]): string {
+  return path.map((k, i) =>
     typeof k === "number"
       ? `[${k}]`
       : i === 0
@@ -131,7 +160,6 @@ function readSpec(input: unknown): SweepSpec {
       ? `.${String(k)}`
       : `[${JSON.stringify(k)}]`
   ).join("");
-  throw new UsageError(`${name}: ${describeIssue(issue, input, path)}`);
 }
 
 /**
@@ -141,7 +169,7 @@ function readSpec(input: unknown): SweepSpec {
  */
 function checkAxes(spec: SweepSpec, axes: readonly string[]): void {
   for (const axis of axes) {
-    if (RESERVED_AXES.includes(axis)) {
+    if (isReservedAxis(axis)) {
       throw new UsageError(`sweep.axes["${axis}"]: not an axis; use sweep.seeds and sweep.policies instead`);
     }
   }

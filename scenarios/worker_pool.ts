@@ -90,7 +90,16 @@ class SimulationWorker {
   onReply: (reply: SimulationWorkerReply) => void = () => {};
   onCrash: (message: string) => void = () => {};
 
-  constructor(readonly plugin: SandboxPlugin | undefined, readPaths: readonly string[]) {
+  /**
+   * @param loadFailure What a plugin's failure to load here is: a usage error
+   *   in the host's load check, the plugin's own failure in a pool
+   *   ({@linkcode poolLoadError}).
+   */
+  constructor(
+    readonly plugin: SandboxPlugin | undefined,
+    readPaths: readonly string[],
+    loadFailure: (plugin: SandboxPlugin, message: string) => Error = poolLoadError,
+  ) {
     const read = [...(plugin?.readPaths ?? []), ...readPaths];
     this.worker = new Worker(new URL("./simulation_worker.ts", import.meta.url), {
       type: "module",
@@ -111,7 +120,7 @@ class SimulationWorker {
           this.#port.onmessage = (e: MessageEvent<SimulationWorkerReply>) => this.onReply(e.data);
           resolve(reply.pluginName);
         } else if (reply?.type === "load_failed") {
-          reject(loadError(plugin!, String(reply.message).split("\n")[0]));
+          reject(loadFailure(plugin!, String(reply.message).split("\n")[0]));
         }
       };
       this.worker.onerror = (event) => {
@@ -120,7 +129,7 @@ class SimulationWorker {
         if (!this.loaded) {
           reject(
             plugin
-              ? loadError(plugin, message)
+              ? loadFailure(plugin, message)
               : new SimulationError("worker_crashed", `simulation Worker failed to start: ${message}`),
           );
         }
@@ -157,6 +166,18 @@ function loadError(plugin: SandboxPlugin, message: string): UsageError {
     ? "failed to load"
     : "is not a router plugin";
   return new UsageError(`--router: "${plugin.path}" ${what}: ${message}`);
+}
+
+/**
+ * A plugin that passed the host's load check (every tool loads it there
+ * first) but fails to load in a pool's Worker — where, unlike the check, it
+ * may read the run's trace — fails its run: exit 1, never a usage error of
+ * its choosing.
+ */
+function poolLoadError(plugin: SandboxPlugin, message: string): SimulationError {
+  return new SimulationError("actor_threw", `could not start in its simulation Worker: ${message}`, {
+    actor: pluginActor(plugin),
+  });
 }
 
 /** How often the watchdog looks: five times per timeout, between 10 and 250 ms. */
@@ -246,7 +267,7 @@ function watchdogVerdict(w: SimulationWorker, now: number, timeoutMs: number): S
  *   (`plugin_timeout`) past the timeout.
  */
 export function loadInSandbox(plugin: SandboxPlugin, timeoutMs: number): Promise<string> {
-  const w = new SimulationWorker(plugin, []);
+  const w = new SimulationWorker(plugin, [], loadError);
   let timer: ReturnType<typeof setInterval> | undefined;
   return new Promise<string>((resolve, reject) => {
     timer = setInterval(() => {

@@ -209,10 +209,47 @@ Deno.test("invalid sweep specs name the field", async (t) => {
       { ...valid, base: { workload: { requests: 0 } } },
       "sweep.base.workload.requests: expected a number >= 1, got 0",
     ],
+    // The base's policy would leak into every variant that leaves a parameter out.
+    [
+      { ...valid, base: { policy: { name: "hybrid", threshold: 8 } } },
+      "sweep.base.policy: not a sweep field; each run's policy is one variant of sweep.policies",
+    ],
+    [
+      { ...valid, axes: { "policy.balanceAbs": [8, 16] } },
+      'sweep.axes["policy.balanceAbs"]: not an axis; use sweep.seeds and sweep.policies instead',
+    ],
+    // JSON.parse makes `__proto__` an own key, which a schema would drop silently.
+    [
+      { ...valid, policies: [JSON.parse('{"name": "hybrid", "__proto__": {"threshold": 5}}')] },
+      "sweep.policies[0].__proto__: not a field",
+    ],
+    [
+      { ...valid, policies: [{ name: "hybrid", threshold: [1, "2"] }] },
+      'sweep.policies[0].threshold[1]: expected a number, got "2"',
+    ],
   ];
   for (const [input, message] of cases) {
     await t.step(message, () => {
       assertThrows(() => parseSweep(input), UsageError, message);
     });
   }
+});
+
+Deno.test("a plugin cannot pass for a built-in policy in a sweep: its name is its label", () => {
+  const spec = { axes: { "workload.ratePerSec": [10] }, policies: [{ name: "round_robin" }], seeds: [1] };
+  for (
+    const [name, message] of [
+      ["least_load", "the plugin's name \"least_load\" is a built-in policy's"],
+      ["hybrid(thr=1)", "the plugin's name \"hybrid(thr=1)\" looks like a built-in policy's label"],
+    ]
+  ) {
+    assertThrows(() => parseSweep(spec, { name, url: "file:///tmp/plugin.ts" }), UsageError, message);
+  }
+  assertEquals(
+    parseSweep(spec, { name: "mine", url: "file:///tmp/plugin.ts" }).variants.map((v) => v.label),
+    [
+      "round_robin",
+      "mine",
+    ],
+  );
 });

@@ -252,3 +252,18 @@ Deno.test("design.md's error catalogue names every SimulationError kind", async 
   }
   for (const other of ["TraceFormatError", "UsageError", "130"]) assert(section.includes(other), other);
 });
+
+Deno.test("a plugin that passes the load check but fails to load in a run's Worker fails its run: exit 1, not a usage error", async () => {
+  const out = await Deno.makeTempDir();
+  try {
+    const trace = new URL("../../shared/data/traces/synthetic_trace.jsonl", import.meta.url).pathname;
+    const router = ["--router", "tests/fixtures/plugin_fails_where_trace_readable.ts"];
+    const run = await runScript("run", out, "--model", "batching", "--trace", trace, ...router);
+    assertEquals(run.code, 1, run.stderr);
+    const line = messageLine(run.stderr);
+    assertMatch(line, /actor_threw: could not start in its simulation Worker: .*forged/);
+    assert(!line.includes("--router:"), line);
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+});

@@ -113,7 +113,9 @@ export function plotted(value: number | null): number {
 export function variantColors(variants: readonly PolicyVariant[]) {
   let next = 0;
   const labels = variants.map((v) => v.label);
-  const range = labels.map((l) => COLORS[l] ?? SERIES_COLORS[next++ % SERIES_COLORS.length]);
+  const range = labels.map((l) =>
+    Object.hasOwn(COLORS, l) ? COLORS[l] : SERIES_COLORS[next++ % SERIES_COLORS.length]
+  );
   return { domain: labels, range, legend: labels.map((label, i) => ({ label, color: range[i] })) };
 }
 

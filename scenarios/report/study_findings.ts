@@ -115,7 +115,7 @@ const measuredOf = (labels: readonly string[]) => (p: StudyPoint) =>
 
 /** The study's four strategies that the sweep lacks, as labels. */
 export function missingStrategies(variants: readonly PolicyVariant[]): string[] {
-  return STRATEGIES.filter((s) => !variants.some((v) => v.label === s));
+  return STRATEGIES.filter((s) => !variants.some((v) => v.pluginUrl === undefined && v.label === s));
 }
 
 /** Whether the sweep has the Zipf and shared-fraction axes (so a key scenario). */
