@@ -188,19 +188,28 @@ Deno.test("a plugin's Worker is believed about a malformed trace only when the h
   }
 });
 
-Deno.test("sweep and run --router over a malformed trace exit 2 with run's one line", async () => {
+/** Runs `body` with a temporary directory holding `spec.json` (a round-robin sweep over `base` and `axes`); removes it after. */
+async function withSweepSpec(
+  base: unknown,
+  axes: Record<string, unknown[]>,
+  body: (out: string, spec: string) => Promise<void>,
+): Promise<void> {
   const out = await Deno.makeTempDir();
   try {
     const spec = `${out}/spec.json`;
     await Deno.writeTextFile(
       spec,
-      JSON.stringify({
-        base: { instances: { model: "batching" }, workload: { trace: { path: MALFORMED } } },
-        axes: { "instances.count": [2, 3] },
-        policies: [{ name: "round_robin" }],
-        seeds: [1],
-      }),
+      JSON.stringify({ base, axes, policies: [{ name: "round_robin" }], seeds: [1] }),
     );
+    await body(out, spec);
+  } finally {
+    await Deno.remove(out, { recursive: true });
+  }
+}
+
+Deno.test("sweep and run --router over a malformed trace exit 2 with run's one line", async () => {
+  const base = { instances: { model: "batching" }, workload: { trace: { path: MALFORMED } } };
+  await withSweepSpec(base, { "instances.count": [2, 3] }, async (out, spec) => {
     const run = await runScript("run", out, "--model", "batching", "--trace", MALFORMED);
     assertEquals(run.code, 2, run.stderr);
     const expected = messageLine(run.stderr);
@@ -212,33 +221,18 @@ Deno.test("sweep and run --router over a malformed trace exit 2 with run's one l
     const router = ["--router", "tests/fixtures/plugin_bad_instance.ts"];
     const plugged = await runScript("run", out, "--model", "batching", "--trace", MALFORMED, ...router);
     assertEquals([plugged.code, messageLine(plugged.stderr)], [2, expected]);
-  } finally {
-    await Deno.remove(out, { recursive: true });
-  }
+  });
 });
 
 Deno.test("a plugin's failure in a sweep exits 1 with its kind, the run named once", async () => {
-  const out = await Deno.makeTempDir();
-  try {
-    const spec = `${out}/spec.json`;
-    await Deno.writeTextFile(
-      spec,
-      JSON.stringify({
-        base: { workload: { requests: 50 } },
-        axes: { "instances.count": [2] },
-        policies: [{ name: "round_robin" }],
-        seeds: [1],
-      }),
-    );
+  await withSweepSpec({ workload: { requests: 50 } }, { "instances.count": [2] }, async (out, spec) => {
     const router = ["--router", "tests/fixtures/plugin_bad_instance.ts"];
     const sweep = await runScript("sweep", out, "--spec", spec, "--out", `${out}/sweep`, ...router);
     assertEquals(sweep.code, 1, sweep.stderr);
     const line = messageLine(sweep.stderr);
     assertMatch(line, /^run failed: invalid_choice: run \d+: policy "bad_instance" returned 5/);
     assertEquals([line.match(/invalid_choice/g)?.length, line.match(/run \d+:/g)?.length], [1, 1], line);
-  } finally {
-    await Deno.remove(out, { recursive: true });
-  }
+  });
 });
 
 Deno.test("design.md's error catalogue names every SimulationError kind", async () => {
