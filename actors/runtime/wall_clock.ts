@@ -4,11 +4,6 @@
  * simulated ms per wall ms. The world's time source is injected, so nothing
  * under `actors/` reads the wall clock itself.
  */
-import { type Clock, SYNCHRONIZED, type SyncStatus } from "./clock.ts";
-
-/** The longest single sleep (a host timer's limit is about 24.8 days). */
-const MAX_WAIT_MS = 2 ** 31 - 1;
-
 /** A source of wall time, supplied by the program that runs the simulation. */
 export interface WallTime {
   /** Monotonic wall time in ms (the host's high-resolution clock). */
@@ -24,7 +19,7 @@ export interface WallTime {
  * Maps simulated time onto the wall: simulated time t is due at wall time
  * `start + t / speed`.
  */
-export class WallClock implements Clock {
+export class WallClock {
   readonly speed: number;
   readonly #time: WallTime;
   #startWallMs: number;
@@ -56,17 +51,6 @@ export class WallClock implements Clock {
   /** Wall ms until simulated `timeMs` is due (<= 0 when it is). */
   wallMsUntil(timeMs: number): number {
     return this.#startWallMs + timeMs / this.speed - this.#time.now();
-  }
-
-  /**
-   * Sleeps until simulated `timeMs` is due; once it is, says how late the
-   * wall is (its lag, in wall ms). `Infinity` is never waited for.
-   */
-  synchronize(timeMs: number): SyncStatus | Promise<void> {
-    if (timeMs === Infinity) return SYNCHRONIZED;
-    const wait = this.wallMsUntil(timeMs);
-    if (wait > 0) return this.#time.sleep(Math.min(wait, MAX_WAIT_MS));
-    return wait === 0 ? SYNCHRONIZED : { lagMs: -wait };
   }
 
   /** Sleeps `ms` of wall time, or until `signal` aborts. */
