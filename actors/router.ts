@@ -29,6 +29,8 @@ export interface InstanceTableOptions {
    * matched blocks, never the prompt's last token). @default "groups"
    */
   readonly cacheUnit?: "groups" | "blocks";
+  /** Per instance: serving capacity relative to the fastest (see {@linkcode RouterView.capacity}). @default all 1 */
+  readonly capacity?: readonly number[];
 }
 
 /**
@@ -71,6 +73,7 @@ export class InstanceTable implements RouterView {
   readonly kvUtilization: Float64Array;
   readonly pendingPrefillTokens: Float64Array;
   readonly decodeBlocks: Float64Array;
+  readonly capacity: Float64Array;
   readonly blockTokens: number;
   readonly cacheView: CacheView;
   readonly #cacheUnit: "groups" | "blocks";
@@ -92,6 +95,9 @@ export class InstanceTable implements RouterView {
     this.kvUtilization = new Float64Array(instanceCount);
     this.pendingPrefillTokens = new Float64Array(instanceCount);
     this.decodeBlocks = new Float64Array(instanceCount);
+    this.capacity = options.capacity === undefined
+      ? new Float64Array(instanceCount).fill(1)
+      : Float64Array.from(options.capacity);
     this.#routedTo = new Int32Array(instanceCount);
     this.#finished = new Int32Array(instanceCount);
     this.#memoMatched = new Int32Array(instanceCount);
@@ -112,6 +118,11 @@ export class InstanceTable implements RouterView {
   matchedBlocks(instance: number, request: Request): number {
     this.#consulted = CONSULTED_BLOCKS;
     return this.#matched(instance, request);
+  }
+
+  hostMatchedBlocks(instance: number, request: Request): number {
+    // TODO(host tier): GPU and host blocks, from the view's tier reports.
+    return this.matchedBlocks(instance, request);
   }
 
   /** Starts a routing decision: forgets what the previous one consulted. */

@@ -41,6 +41,13 @@ export interface RouterView {
   readonly pendingPrefillTokens: ArrayLike<number>;
   /** Per instance: KV blocks held by decoding sequences, as last reported. */
   readonly decodeBlocks: ArrayLike<number>;
+  /**
+   * Per instance: its serving capacity relative to the fastest instance it is
+   * routed beside (1 for that one, and for every instance of a uniform fleet):
+   * load-aware policies divide load by it, so that a fleet of mixed engines
+   * is balanced by work, not by counts (design.md, "Mixed fleets").
+   */
+  readonly capacity: ArrayLike<number>;
   /** Tokens per KV block in the router's view of caches. */
   readonly blockTokens: number;
   /** Whether `instance` is believed to hold prefix `group` (see the scenario's cache view). */
@@ -49,6 +56,14 @@ export interface RouterView {
   requestBlocks(request: Request): number;
   /** Leading keyed blocks of `request` believed cached at `instance`. */
   matchedBlocks(instance: number, request: Request): number;
+  /**
+   * Leading keyed blocks of `request` believed cached at `instance` in GPU
+   * *or* host memory (its host KV tier, when it has one): at least
+   * `matchedBlocks`, and equal to it without a host tier. The blocks beyond
+   * `matchedBlocks` must be loaded from host memory before use, so policies
+   * give them a discounted credit (design.md, "Host KV tier").
+   */
+  hostMatchedBlocks(instance: number, request: Request): number;
 }
 
 /**
