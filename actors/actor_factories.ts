@@ -24,7 +24,11 @@ export async function createRouter(
   pluginUrl?: string,
 ): Promise<DescribedActor> {
   const policy = pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(config.policy);
-  return { actor: buildRouter(instances, config, policy), about: policy.name };
+  const pools = {
+    prefill: config.prefillPolicy && createPolicy(config.prefillPolicy),
+    decode: config.decodePolicy && createPolicy(config.decodePolicy),
+  };
+  return { actor: buildRouter(instances, config, policy, undefined, pools), about: policy.name };
 }
 
 /** One serving instance of the configured model (`pluginPolicy`: the router runs a plugin). */

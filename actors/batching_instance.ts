@@ -7,15 +7,23 @@
  * in blocks with prefix caching by block key, LRU eviction of unreferenced
  * blocks and preemption (recompute) when blocks run out.
  */
+import { HostKvTier } from "./host_kv_tier.ts";
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
-import { InstanceActor, type InstanceModel } from "./instance_model.ts";
+import { ENGINE_PRESETS, kvBytesPerToken } from "./engine_presets.ts";
+import { InstanceActor, type InstanceModel, type InstancesConfig } from "./instance_model.ts";
 import {
   assertNever,
   type BatchingCommand,
   type DropReason,
   type InstanceStatus,
+  type KvArrived,
+  type KvPull,
   type MetricsCommand,
+  type PdAbandoned,
+  type PdLeg,
+  type PrefillDone,
+  type PrefilledCommand,
   type Request,
   type ServeCommand,
 } from "./protocol.ts";
@@ -45,12 +53,43 @@ export interface BatchingInstanceOptions {
   readonly prefixCaching: boolean;
   /** Requests that may wait for admission; more are dropped (`queue_full`). */
   readonly maxQueue: number;
+  /** The outbound KV link, for the prefill leg of disaggregated requests. @default {@linkcode NO_LINK} */
+  readonly kvLink?: KvLinkOptions;
+  /** Host-memory KV tier, blocks (0: none). @default 0 */
+  readonly hostKvBlocks?: number;
+  /** Bandwidth of loads from the host tier, gigabits per second. @default 512 */
+  readonly hostKvGbps?: number;
+  /** KV bytes per token, for host-tier loads (the preset's model shape). @default 57344 (Qwen2.5-7B) */
+  readonly bytesPerToken?: number;
 }
 
-/** The batching model's own timer. */
-type StepDone = { readonly type: "step_done" };
+/**
+ * A prefill instance's one outbound link, on which KV transfers queue: a
+ * transfer of n tokens occupies it n × `bytesPerToken` × 8 / (`gbps` × 10⁹)
+ * s, and arrives `latencyMs` after it leaves (design.md, "Disaggregated serving").
+ */
+export interface KvLinkOptions {
+  /** KV bytes per token (the preset's model shape). */
+  readonly bytesPerToken: number;
+  /** Bandwidth, gigabits per second; Infinity for unlimited. */
+  readonly gbps: number;
+  /** Fixed latency of every transfer, ms. */
+  readonly latencyMs: number;
+}
 
-const STEP_DONE: StepDone = Object.freeze({ type: "step_done" });
+/** A link that costs nothing (an instance that never prefills for another). */
+export const NO_LINK: KvLinkOptions = Object.freeze({ bytesPerToken: 0, gbps: Infinity, latencyMs: 0 });
+
+/** The batching model's own messages: its timers and the disaggregated legs' KV handshake. */
+type Own =
+  | { readonly type: "step_done" }
+  | { readonly type: "kv_sent"; readonly requestId: number }
+  | { readonly type: "host_loaded"; readonly requestId: number }
+  | KvPull
+  | KvArrived
+  | PdAbandoned;
+
+const STEP_DONE: Own = Object.freeze({ type: "step_done" });
 
 /** One admitted request. */
 interface Sequence {
@@ -80,6 +119,18 @@ interface Sequence {
   readonly blockKeys: BlockKeys;
   /** Full blocks of the prompt that carry a key. */
   readonly keyedBlocks: number;
+  /** Disaggregated: the leg served here (absent: the whole request). */
+  leg: PdLeg | undefined;
+  /** Decode leg: its KV is being pulled; the engine skips it until it arrives. */
+  pulling: boolean;
+  /** Prefill leg: its prefill finished; it leaves the engine and waits for its pull. */
+  handOff: boolean;
+  /** Prompt tokens the decode leg found cached here (so not transferred). */
+  localTokens: number;
+  /** Prompt tokens loaded from the host tier at admission. */
+  hostTokens: number;
+  kvTransferMs: number;
+  kvQueueMs: number;
 }
 
 /**
@@ -112,7 +163,7 @@ interface Stretch {
  * finished request to the metrics collector, and its running totals
  * (`instance_stats`) whenever it goes idle.
  */
-export class BatchingInstance extends InstanceActor<StepDone> {
+export class BatchingInstance extends InstanceActor<Own> {
   readonly cache: KvBlockCache;
   readonly #options: BatchingInstanceOptions;
   #waiting: Sequence[] = [];
@@ -136,6 +187,21 @@ export class BatchingInstance extends InstanceActor<StepDone> {
   #prefilling = 0;
   /** Sequences by KV tokens mod block size, for the stretch in progress. */
   readonly #phase: Int32Array;
+  /** Prefill legs done here, holding their KV until their decode instance pulls it, by request id. */
+  readonly #held = new Map<number, Sequence>();
+  /** Decode legs whose KV is on its way, by request id. */
+  readonly #pulling = new Map<number, Sequence>();
+  /** Pulls waiting for (or on) the link: their start, reply address and pull time, by request id. */
+  readonly #transfers = new Map<number, { pulledMs: number; startMs: number; replyTo: KvPull["replyTo"] }>();
+  /** When the outbound link is next free, ms. */
+  #linkFreeMs = 0;
+  readonly #link: KvLinkOptions;
+  /** The host-memory tier, if any; blocks evicted from GPU go there. */
+  readonly host: HostKvTier | undefined;
+  /** Sequences whose prefix is loading from the host tier, by request id. */
+  readonly #loading = new Map<number, Sequence>();
+  /** When the host link (PCIe) is next free, ms. */
+  #hostLinkFreeMs = 0;
 
   constructor(
     index: number,
@@ -145,11 +211,16 @@ export class BatchingInstance extends InstanceActor<StepDone> {
   ) {
     super(index, metrics, reporting);
     this.#options = options;
+    this.#link = options.kvLink ?? NO_LINK;
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
+    const host = this.host = (options.hostKvBlocks ?? 0) > 0
+      ? new HostKvTier(options.hostKvBlocks!)
+      : undefined;
     this.#phase = new Int32Array(options.blockTokens);
     const reporter = this.reporter;
     const wantsBlocks = reporter.wantsBlockEvents;
     this.cache.onRunChange = (key, cached) => {
+      host?.gpuChanged(key, cached);
       if (wantsBlocks) reporter.runChanged(key, cached);
       if (cached > 0) return;
       const group = this.#groupOfFirstKey.get(key);
@@ -195,9 +266,157 @@ export class BatchingInstance extends InstanceActor<StepDone> {
     return this.#running.length;
   }
 
-  protected onOwn(message: StepDone, ctx: ActorContext<BatchingCommand>): void {
-    if (message.type === "step_done") this.#stepDone(ctx);
-    else assertNever(message.type);
+  protected onOwn(message: Own, ctx: ActorContext<BatchingCommand>): void {
+    switch (message.type) {
+      case "step_done":
+        return this.#stepDone(ctx);
+      case "kv_pull":
+        return this.#pull(message, ctx);
+      case "kv_sent":
+        return this.#sent(message.requestId, ctx);
+      case "kv_arrived":
+        return this.#arrived(message, ctx);
+      case "host_loaded":
+        return this.#hostLoaded(message.requestId, ctx);
+      case "pd_abandoned":
+        this.finished++;
+        return this.#report(ctx, true);
+      default:
+        assertNever(message);
+    }
+  }
+
+  /**
+   * A dropped leg lets its partner go: a dropped decode leg cancels its pull
+   * (the prefill instance frees the KV); a dropped prefill leg whose decode
+   * instance was chosen first tells it the request will not come.
+   */
+  protected override dropped(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
+    const leg = command.leg;
+    if (leg?.phase === "decode") {
+      ctx.send(leg.prefill.ref, {
+        type: "kv_pull",
+        requestId: command.request.id,
+        tokens: -1,
+        replyTo: ctx.self,
+      });
+    } else if (leg?.phase === "prefill" && leg.decode !== undefined) {
+      ctx.send(leg.decode.ref, { type: "pd_abandoned", requestId: command.request.id });
+    }
+  }
+
+  /** The prefill leg hands off: it leaves the engine, keeps its KV, and tells who picks (or is) its decode instance. */
+  #handOff(seq: Sequence, ctx: ActorContext<BatchingCommand>): void {
+    const { request, command } = seq;
+    this.#held.set(request.id, seq);
+    const prefill: PrefillDone = {
+      index: this.index,
+      ref: ctx.self,
+      startMs: seq.startMs,
+      cachedTokens: seq.cachedTokens,
+      hostCachedTokens: seq.hostTokens,
+    };
+    const decode = (seq.leg as Extract<PdLeg, { phase: "prefill" }>).decode;
+    if (decode !== undefined) {
+      ctx.send(decode.ref, {
+        type: "serve",
+        request,
+        replyTo: command.replyTo,
+        routing: command.routing,
+        leg: { phase: "decode", prefill },
+      });
+    } else {
+      const router = command.replyTo as unknown as ActorRef<PrefilledCommand>;
+      ctx.send(router, { type: "prefilled", request, routing: command.routing, prefill });
+    }
+  }
+
+  /** A decode instance pulls a held prefill's KV: the transfer queues on the link (or, cancelled, the KV is freed). */
+  #pull(message: KvPull, ctx: ActorContext<BatchingCommand>): void {
+    const now = ctx.now();
+    if (message.tokens < 0) return this.#letGo(message.requestId, now, ctx);
+    const link = this.#link;
+    const wireMs = message.tokens * link.bytesPerToken * 8e-6 / link.gbps;
+    const startMs = Math.max(now, this.#linkFreeMs);
+    this.#linkFreeMs = startMs + wireMs;
+    this.#transfers.set(message.requestId, { pulledMs: now, startMs, replyTo: message.replyTo });
+    ctx.scheduleAt(startMs + wireMs + link.latencyMs, { type: "kv_sent", requestId: message.requestId });
+  }
+
+  /** A transfer left the link and arrived: the KV is freed here, and its decode instance told. */
+  #sent(requestId: number, ctx: ActorContext<BatchingCommand>): void {
+    const now = ctx.now();
+    const transfer = this.#transfers.get(requestId)!;
+    this.#transfers.delete(requestId);
+    ctx.send(transfer.replyTo, {
+      type: "kv_arrived",
+      requestId,
+      transferMs: now - transfer.pulledMs,
+      queueMs: transfer.startMs - transfer.pulledMs,
+    });
+    this.#letGo(requestId, now, ctx);
+  }
+
+  /** Frees a held prefill's KV; the request is finished here. */
+  #letGo(requestId: number, now: number, ctx: ActorContext<BatchingCommand>): void {
+    const seq = this.#held.get(requestId)!;
+    this.#held.delete(requestId);
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
+    this.#account(now);
+    this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
+    this.finished++;
+    // The freed blocks may admit a request that was waiting for them.
+    if (!this.#stepping) this.#startStep(ctx);
+    this.#report(ctx, false);
+  }
+
+  /** A decode leg's KV arrived: its prompt blocks are cached here now, and it decodes from the next step. */
+  #arrived(message: KvArrived, ctx: ActorContext<BatchingCommand>): void {
+    const seq = this.#pulling.get(message.requestId);
+    if (seq === undefined) return; // preempted while pulling: it recomputes here instead
+    this.#pulling.delete(message.requestId);
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
+    seq.pulling = false;
+    seq.kvTransferMs = message.transferMs;
+    seq.kvQueueMs = message.queueMs;
+    this.#publishPrompt(seq, ctx.now());
+    if (!this.#stepping) this.#startStep(ctx);
+  }
+
+  /**
+   * Loads the `blocks` after a sequence's GPU hits from the host tier (they
+   * are allocated already): the sequence waits, out of the engine's steps,
+   * until they arrive on the host link (one load at a time).
+   */
+  #loadFromHost(seq: Sequence, blocks: number, ctx: ActorContext<BatchingCommand>): void {
+    const B = this.#options.blockTokens, now = ctx.now();
+    const gbps = this.#options.hostKvGbps ?? 512, bytesPerToken = this.#options.bytesPerToken ?? 57344;
+    const wireMs = blocks * B * bytesPerToken * 8e-6 / gbps;
+    const startMs = Math.max(now, this.#hostLinkFreeMs);
+    this.#hostLinkFreeMs = startMs + wireMs;
+    seq.pulling = true;
+    this.#loading.set(seq.request.id, seq);
+    ctx.scheduleAt(startMs + wireMs, { type: "host_loaded", requestId: seq.request.id });
+  }
+
+  /** A host-tier load finished: the sequence prefills the rest of its prompt from the next step. */
+  #hostLoaded(requestId: number, ctx: ActorContext<BatchingCommand>): void {
+    const seq = this.#loading.get(requestId);
+    if (seq === undefined) return; // preempted while loading: it recomputes instead
+    this.#loading.delete(requestId);
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
+    seq.pulling = false;
+    if (!this.#stepping) this.#startStep(ctx);
+  }
+
+  /** The prompt's keyed blocks become reusable (a prefill finished here, or its KV arrived). */
+  #publishPrompt(seq: Sequence, now: number): void {
+    if (this.#options.prefixCaching && seq.keys < seq.keyedBlocks) {
+      this.#account(now);
+      this.cache.publish(seq.blockKeys, seq.keys, seq.keyedBlocks);
+      seq.privateBlocks -= seq.keyedBlocks - seq.keys;
+      seq.keys = seq.keyedBlocks;
+    }
   }
 
   /** A stretch in progress ends before anything new happens here. */
@@ -219,8 +438,7 @@ export class BatchingInstance extends InstanceActor<StepDone> {
   protected admit(command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
     const { request } = command;
     const seq = this.#sequence(command);
-    this.#waiting.push(seq);
-    this.#waitingPromptTokens += seq.target;
+    this.#enqueue(seq);
     // Advertise the request's group at once, as the FIFO model does: by the
     // time later requests run, this one will have computed it.
     if (request.prefixGroup >= 0 && this.#options.prefixCaching && seq.keyedBlocks > 0) {
@@ -236,6 +454,23 @@ export class BatchingInstance extends InstanceActor<StepDone> {
   /** Always reports after a `serve` (periodic reports keep their rhythm: no stretches then, see the constructor). */
   protected override reportServed(_command: ServeCommand, ctx: ActorContext<BatchingCommand>): void {
     this.#report(ctx, true);
+  }
+
+  /** Queues `seq` for admission: behind every request of its priority or higher (FIFO without priorities). */
+  #enqueue(seq: Sequence): void {
+    const waiting = this.#waiting, priority = seq.request.priority;
+    if (priority === undefined || waiting.length === this.#waitingHead) waiting.push(seq);
+    else {
+      let at = waiting.length;
+      while (at > this.#waitingHead && (waiting[at - 1].request.priority ?? 0) < priority) at--;
+      waiting.splice(at, 0, seq);
+    }
+    this.#waitingPromptTokens += this.#toPrefill(seq);
+  }
+
+  /** Prompt tokens `seq` will prefill here once admitted: none for a decode leg, whose KV is pulled. */
+  #toPrefill(seq: Sequence): number {
+    return seq.leg?.phase === "decode" ? 0 : seq.target;
   }
 
   #sequence(command: ServeCommand): Sequence {
@@ -256,6 +491,13 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       preemptions: 0,
       blockKeys: keys,
       keyedBlocks: keys.count,
+      leg: command.leg,
+      pulling: false,
+      handOff: false,
+      localTokens: 0,
+      hostTokens: 0,
+      kvTransferMs: -1,
+      kvQueueMs: -1,
     };
   }
 
@@ -267,6 +509,7 @@ export class BatchingInstance extends InstanceActor<StepDone> {
     const running = this.#running;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const seq = running[i];
+      if (seq.pulling) continue;
       if (seq.computed < seq.target) {
         seq.chunk = Math.min(seq.target - seq.computed, budget);
         budget -= seq.chunk;
@@ -290,8 +533,9 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       const seq = this.#waiting[this.#waitingHead];
       if (!this.#admit(seq, ctx)) break;
       this.#waitingHead++;
-      this.#waitingPromptTokens -= seq.target;
+      this.#waitingPromptTokens -= this.#toPrefill(seq);
       running.push(seq);
+      if (seq.pulling) continue;
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
       prefillTokens += seq.chunk;
@@ -335,6 +579,8 @@ export class BatchingInstance extends InstanceActor<StepDone> {
     const running = this.#running, B = this.#options.blockTokens, cache = this.cache;
     let finishIn = Infinity;
     for (const seq of running) {
+      // A decode leg's first token is news (its TTFT): never inside a stretch.
+      if (seq.generated === 0) return false;
       const left = Math.max(1, seq.request.outputTokens) - seq.generated;
       if (left < finishIn) finishIn = left;
     }
@@ -458,8 +704,36 @@ export class BatchingInstance extends InstanceActor<StepDone> {
     seq.privateBlocks = needed;
     if (seq.generated === 0) this.#prefilling++;
     seq.computed = hits * B;
-    if (seq.cachedTokens < 0) {
-      seq.cachedTokens = Math.min(hits * B, seq.request.prefixTokens + seq.request.suffixTokens);
+    const leg = seq.leg;
+    // The host tier continues the GPU's match (after the allocation, which may have demoted more).
+    const loaded = this.host === undefined || leg?.phase === "decode"
+      ? 0
+      : this.host.match(seq.blockKeys, hits, limit);
+    if (loaded > 0) {
+      this.host!.take(seq.blockKeys, hits, loaded);
+      seq.computed = (hits + loaded) * B;
+      this.#loadFromHost(seq, loaded, ctx);
+    }
+    if (leg?.phase === "decode") {
+      // Its KV comes from the prefill instance: all but the blocks held here.
+      const local = Math.min(hits * B, seq.target);
+      seq.localTokens = local;
+      seq.computed = seq.target;
+      seq.pulling = true;
+      seq.cachedTokens = leg.prefill.cachedTokens;
+      seq.hostTokens = leg.prefill.hostCachedTokens;
+      seq.startMs = leg.prefill.startMs;
+      this.#pulling.set(seq.request.id, seq);
+      ctx.send(leg.prefill.ref, {
+        type: "kv_pull",
+        requestId: seq.request.id,
+        tokens: seq.target - local,
+        replyTo: ctx.self,
+      });
+    } else if (seq.cachedTokens < 0) {
+      const prompt = seq.request.prefixTokens + seq.request.suffixTokens;
+      seq.cachedTokens = Math.min((hits + loaded) * B, prompt);
+      seq.hostTokens = seq.cachedTokens - Math.min(hits * B, prompt);
       seq.startMs = ctx.now();
     }
     return true;
@@ -477,9 +751,19 @@ export class BatchingInstance extends InstanceActor<StepDone> {
     return true;
   }
 
-  /** Recompute preemption: frees every block and puts the sequence back at the head of the queue. */
+  /**
+   * Recompute preemption: frees every block and puts the sequence back at the
+   * head of the queue. A decode leg preempted before its KV arrived stops
+   * waiting for it and recomputes its prompt here (as vLLM would).
+   */
   #preempt(seq: Sequence): void {
     this.#running.pop();
+    if (seq.pulling) {
+      this.#pulling.delete(seq.request.id);
+      this.#loading.delete(seq.request.id);
+      seq.pulling = false;
+    }
+    if (seq.leg?.phase === "decode") seq.leg = undefined;
     if (seq.generated === 0) this.#prefilling--;
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
     seq.keys = 0;
@@ -506,7 +790,8 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       const seq = running[i];
       if (seq.chunk > 0) this.#advance(seq, now);
       seq.chunk = 0;
-      if (seq.generated >= Math.max(1, seq.request.outputTokens)) this.#finish(seq, now, ctx);
+      if (seq.handOff) this.#handOff(seq, ctx);
+      else if (seq.generated >= Math.max(1, seq.request.outputTokens)) this.#finish(seq, now, ctx);
       else running[kept++] = seq;
     }
     running.length = kept;
@@ -519,11 +804,12 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       seq.computed += seq.chunk;
       if (seq.computed < seq.target) return;
       // Prefill complete: its keyed prompt blocks become reusable.
-      if (this.#options.prefixCaching && seq.keys < seq.keyedBlocks) {
-        this.#account(now);
-        this.cache.publish(seq.blockKeys, seq.keys, seq.keyedBlocks);
-        seq.privateBlocks -= seq.keyedBlocks - seq.keys;
-        seq.keys = seq.keyedBlocks;
+      this.#publishPrompt(seq, now);
+      if (seq.leg?.phase === "prefill") {
+        // A prefill leg's first token is its decode instance's to produce.
+        seq.handOff = true;
+        this.#prefilling--;
+        return;
       }
       // The prefill's last position yields the next token: the first one, or,
       // after a recompute, the one after those already generated.
@@ -533,6 +819,11 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       }
       seq.generated++;
       return;
+    }
+    if (seq.generated === 0) {
+      // A decode leg's first step: its first token.
+      seq.firstTokenMs = now + this.#options.requestOverheadMs;
+      this.#prefilling--;
     }
     seq.generated++;
     seq.target++;
@@ -555,6 +846,15 @@ export class BatchingInstance extends InstanceActor<StepDone> {
       outputTokens: Math.max(1, request.outputTokens),
       preemptions: seq.preemptions,
       routing: seq.command.routing,
+      ...(request.sloClass !== undefined ? { sloClass: request.sloClass } : {}),
+      ...(seq.hostTokens > 0 ? { hostCachedTokens: seq.hostTokens } : {}),
+      ...(seq.kvTransferMs >= 0
+        ? {
+          prefillInstance: (seq.command.leg as Extract<PdLeg, { phase: "decode" }>).prefill.index,
+          kvTransferMs: seq.kvTransferMs,
+          kvQueueMs: seq.kvQueueMs,
+        }
+        : {}),
     }, ctx);
   }
 
@@ -611,6 +911,14 @@ export class BatchingInstance extends InstanceActor<StepDone> {
   }
 }
 
+/** An instance's outbound KV link in a disaggregated fleet: the run's bandwidth and latency, its model's bytes per token. */
+function kvLink(config: InstancesConfig): KvLinkOptions | undefined {
+  const transfer = config.kvTransfer;
+  if (transfer === undefined) return undefined;
+  const bytesPerToken = kvBytesPerToken(ENGINE_PRESETS[config.engine.preset].shape);
+  return { bytesPerToken, gbps: transfer.gbps, latencyMs: transfer.latencyMs };
+}
+
 /** The continuous-batching model, described for the registry (actors/instance_models.ts). */
 export const model: InstanceModel<"batching"> = {
   name: "batching",
@@ -622,5 +930,15 @@ export const model: InstanceModel<"batching"> = {
     `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`,
   cacheCapacity: (config) => config.engine.kvBlocks,
   create: (index, config, metrics, reporting) =>
-    new BatchingInstance(index, { ...config.engine, maxQueue: config.maxQueue }, metrics, reporting),
+    new BatchingInstance(
+      index,
+      {
+        ...config.engine,
+        maxQueue: config.maxQueue,
+        kvLink: kvLink(config),
+        bytesPerToken: kvBytesPerToken(ENGINE_PRESETS[config.engine.preset].shape),
+      },
+      metrics,
+      reporting,
+    ),
 };

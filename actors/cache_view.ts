@@ -7,6 +7,7 @@
  * production-stack's trie are), with its own capacity and LRU eviction.
  */
 import { LRUMap } from "mnemonist";
+import { HostKvTier } from "./host_kv_tier.ts";
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { NumberTable } from "./number_table.ts";
 import { type BlockKeys, type CachedRuns, leadingCachedBlocks } from "./prefix_keys.ts";
@@ -18,12 +19,16 @@ export interface CacheView {
   holds(instance: number, group: number): boolean;
   /** Leading keyed blocks of the request believed cached at `instance`. */
   matchedBlocks(instance: number, request: Request, keys: BlockKeys): number;
+  /** Leading keyed blocks believed cached at `instance` in GPU or host memory: `matched` plus the host tier's continuation. */
+  hostMatchedBlocks?(instance: number, keys: BlockKeys, matched: number): number;
+  /** Whether any instance has a host tier (else there is nothing beyond `matched`). @default false */
+  readonly hasHostTier?: boolean;
   /** Whether `routed` must be called (only the approximate view learns from routing). */
   readonly learnsFromRouting: boolean;
   /** The router sent `request` to `instance`. */
   routed(instance: number, request: Request, keys: BlockKeys): void;
-  /** An instance reported. */
-  apply(status: InstanceStatus): void;
+  /** Instance `instance` (the view's own index for it: by default the status's) reported. */
+  apply(status: InstanceStatus, instance?: number): void;
 }
 
 /** Options for {@linkcode createCacheView}. */
@@ -34,13 +39,35 @@ export interface CacheViewOptions {
   readonly unit: "groups" | "blocks";
   /** Approximate view: entries per instance (groups or blocks). */
   readonly capacity: number;
+  /**
+   * Per instance, blocks of its host-memory KV tier (blocks unit only): the
+   * view mirrors each tier from the GPU cache it believes in, since a tier
+   * holds what its GPU cache evicted. @default none
+   */
+  readonly hostBlocks?: readonly number[];
 }
 
 /** Builds the cache view a scenario asks for. */
 export function createCacheView(instanceCount: number, options: CacheViewOptions): CacheView {
+  const tiers = hostTiers(instanceCount, options);
   return options.kind === "exact"
-    ? new ExactCacheView(instanceCount, options.unit)
-    : new ApproximateCacheView(instanceCount, options.unit, options.capacity);
+    ? new ExactCacheView(instanceCount, options.unit, tiers)
+    : new ApproximateCacheView(instanceCount, options.unit, options.capacity, tiers);
+}
+
+/** The mirrored host tiers, one per instance (undefined where it has none); undefined when none has one. */
+function hostTiers(instanceCount: number, options: CacheViewOptions): (HostKvTier | undefined)[] | undefined {
+  const blocks = options.hostBlocks;
+  if (options.unit !== "blocks" || blocks === undefined || !blocks.some((b) => b > 0)) return undefined;
+  return Array.from(
+    { length: instanceCount },
+    (_, i) => blocks[i] > 0 ? new HostKvTier(blocks[i]) : undefined,
+  );
+}
+
+/** `matched` plus what `tier` holds right after it. */
+function withHost(tier: HostKvTier | undefined, keys: BlockKeys, matched: number): number {
+  return tier === undefined ? matched : matched + tier.match(keys, matched, keys.count);
 }
 
 /** An instance's cached runs as its reports tell them: run key → leading blocks cached. */
@@ -53,13 +80,21 @@ class ReportedRuns extends NumberTable<number> implements CachedRuns {
 /** From the instances' reports: groups advertised, and block runs cached (batching). */
 export class ExactCacheView implements CacheView {
   readonly learnsFromRouting = false;
+  readonly hasHostTier: boolean;
+  readonly #tiers: (HostKvTier | undefined)[] | undefined;
   readonly #groups: Set<number>[];
   /** Per instance: run key → leading blocks cached. */
   readonly #runs: ReportedRuns[];
   readonly #unit: "groups" | "blocks";
 
-  constructor(instanceCount: number, unit: "groups" | "blocks") {
+  /**
+   * @param tiers Mirrors of the instances' host tiers, fed with the cached
+   *   lengths the instances report (their tiers' only input but promotions).
+   */
+  constructor(instanceCount: number, unit: "groups" | "blocks", tiers?: (HostKvTier | undefined)[]) {
     this.#unit = unit;
+    this.#tiers = tiers;
+    this.hasHostTier = tiers !== undefined;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
     this.#runs = unit === "blocks" ? Array.from({ length: instanceCount }, () => new ReportedRuns()) : [];
   }
@@ -82,14 +117,19 @@ export class ExactCacheView implements CacheView {
     return new Map(this.#runs[instance]?.entries());
   }
 
-  apply(status: InstanceStatus): void {
-    const i = status.instance;
+  hostMatchedBlocks(instance: number, keys: BlockKeys, matched: number): number {
+    return withHost(this.#tiers?.[instance], keys, matched);
+  }
+
+  apply(status: InstanceStatus, instance = status.instance): void {
+    const i = instance;
     if (status.cacheEvicted !== undefined) this.#groups[i].delete(status.cacheEvicted);
     if (status.cacheAdded !== undefined) this.#groups[i].add(status.cacheAdded);
     const changed = status.cachedRuns;
     if (changed !== undefined) {
-      const runs = this.#runs[i];
+      const runs = this.#runs[i], tier = this.#tiers?.[i];
       for (let j = 0; j < changed.length; j += 2) {
+        tier?.gpuChanged(changed[j], changed[j + 1]);
         if (changed[j + 1] > 0) runs.set(changed[j], changed[j + 1]);
         else runs.delete(changed[j]);
       }
@@ -123,6 +163,8 @@ class UnboundedIndex implements Index {
  */
 export class ApproximateCacheView implements CacheView {
   readonly learnsFromRouting = true;
+  readonly hasHostTier: boolean;
+  readonly #tiers: (HostKvTier | undefined)[] | undefined;
   readonly #groups: Index[];
   readonly #blocks: KvBlockCache[];
   readonly #unit: "groups" | "blocks";
@@ -133,8 +175,15 @@ export class ApproximateCacheView implements CacheView {
    * @param capacity Entries per instance (groups for the FIFO model, blocks for
    *   the batching model); `Infinity` for an index that never evicts.
    */
-  constructor(instanceCount: number, unit: "groups" | "blocks", capacity: number) {
+  constructor(
+    instanceCount: number,
+    unit: "groups" | "blocks",
+    capacity: number,
+    tiers?: (HostKvTier | undefined)[],
+  ) {
     this.#unit = unit;
+    this.#tiers = tiers;
+    this.hasHostTier = tiers !== undefined;
     const bounded = Number.isFinite(capacity);
     const size = bounded ? Math.max(1, Math.floor(capacity)) : Number.MAX_SAFE_INTEGER;
     this.#groups = unit === "groups"
@@ -144,8 +193,17 @@ export class ApproximateCacheView implements CacheView {
       )
       : [];
     this.#blocks = unit === "blocks"
-      ? Array.from({ length: instanceCount }, () => new KvBlockCache(size))
+      ? Array.from({ length: instanceCount }, (_, i) => {
+        const index = new KvBlockCache(size), tier = tiers?.[i];
+        // What the index evicts, the instance's host tier is believed to hold.
+        if (tier !== undefined) index.onRunChange = (key, cached) => tier.gpuChanged(key, cached);
+        return index;
+      })
       : [];
+  }
+
+  hostMatchedBlocks(instance: number, keys: BlockKeys, matched: number): number {
+    return withHost(this.#tiers?.[instance], keys, matched);
   }
 
   holds(instance: number, group: number): boolean {

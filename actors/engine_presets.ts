@@ -22,6 +22,27 @@ export interface EnginePreset {
   readonly kvBlocks: number;
   /** Where the numbers come from. */
   readonly source: string;
+  /** The model's shape, for the KV bytes a token takes (KV transfers, the host tier). */
+  readonly shape: ModelShape;
+}
+
+/** What sizes a token's KV: from the model's published `config.json`. */
+export interface ModelShape {
+  /** Transformer layers (`num_hidden_layers`). */
+  readonly layers: number;
+  /** Key/value heads (`num_key_value_heads`; grouped-query attention shares them). */
+  readonly kvHeads: number;
+  /** Size of one head (`head_dim`, or hidden size / attention heads). */
+  readonly headDim: number;
+  /** Bytes per element of the KV cache: 2 for bf16/fp16, 1 for fp8. */
+  readonly dtypeBytes: number;
+  /** Where the shape comes from. */
+  readonly source: string;
+}
+
+/** KV bytes of one token: K and V × layers × KV heads × head size × bytes per element (REFERENCE §7). */
+export function kvBytesPerToken(shape: ModelShape): number {
+  return 2 * shape.layers * shape.kvHeads * shape.headDim * shape.dtypeBytes;
 }
 
 /**
@@ -39,6 +60,13 @@ export const ENGINE_PRESETS = {
     requestOverheadMs: 4.67,
     kvBlocks: 67659,
     source: "BLIS H100 TP1 (REFERENCE §3); overhead from the 21.7 ms lone-request TTFT",
+    shape: {
+      layers: 28,
+      kvHeads: 4,
+      headDim: 128,
+      dtypeBytes: 2,
+      source: "Qwen/Qwen2.5-7B-Instruct config.json (28 layers, 4 KV heads, head 128, bf16): 57,344 B/token",
+    },
   },
   "llama-3.1-8b": {
     stepMs: 6.47,
@@ -47,6 +75,14 @@ export const ENGINE_PRESETS = {
     requestOverheadMs: 0,
     kvBlocks: 29205,
     source: "BLIS H100 TP1 (REFERENCE §3); γ not published, Qwen2.5-7B's used",
+    shape: {
+      layers: 32,
+      kvHeads: 8,
+      headDim: 128,
+      dtypeBytes: 2,
+      source:
+        "meta-llama/Llama-3.1-8B-Instruct config.json (32 layers, 8 KV heads, head 128, bf16): 131,072 B/token",
+    },
   },
   "qwen3-14b": {
     stepMs: 13.6,
@@ -55,6 +91,13 @@ export const ENGINE_PRESETS = {
     requestOverheadMs: 0,
     kvBlocks: 19000,
     source: "BLIS H100 TP1 (REFERENCE §3); KV blocks estimated from memory",
+    shape: {
+      layers: 40,
+      kvHeads: 8,
+      headDim: 128,
+      dtypeBytes: 2,
+      source: "Qwen/Qwen3-14B config.json (40 layers, 8 KV heads, head 128, bf16): 163,840 B/token",
+    },
   },
   "llama-3.3-70b-tp4": {
     stepMs: 12.6,
@@ -63,6 +106,14 @@ export const ENGINE_PRESETS = {
     requestOverheadMs: 0,
     kvBlocks: 128273,
     source: "BLIS H100 TP4 (REFERENCE §3)",
+    shape: {
+      layers: 80,
+      kvHeads: 8,
+      headDim: 128,
+      dtypeBytes: 2,
+      source:
+        "meta-llama/Llama-3.3-70B-Instruct config.json (80 layers, 8 KV heads, head 128, bf16): 327,680 B/token for the whole TP4 instance",
+    },
   },
 } as const satisfies Record<string, EnginePreset>;
 

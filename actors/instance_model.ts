@@ -36,8 +36,62 @@ export interface InstancesConfig extends FifoInstanceOptions {
   readonly count: number;
   /** A registered model's name (`fifo`: the original study's one-at-a-time model; `batching`: continuous batching). @default "fifo" */
   readonly model: string;
-  /** The batching engine (used when `model` is `batching`). */
+  /** The batching engine (used when `model` is `batching`); each pool's engine starts from it. */
   readonly engine: EngineConfig;
+  /**
+   * The fleet as pools (batching model): mixed engines, or disaggregated
+   * prefill and decode pools. Absent: one pool of `count` instances of
+   * `engine` serving whole requests. When present, `count` is their total.
+   */
+  readonly pools?: readonly PoolConfig[];
+  /** The KV link of disaggregated serving (each prefill instance's outbound link). */
+  readonly kvTransfer?: KvTransferConfig;
+}
+
+/** One pool of identical instances. */
+export interface PoolConfig {
+  /** Its name in reports. */
+  readonly name: string;
+  /** `both`: serves whole requests; `prefill`, `decode`: one leg of disaggregated requests. */
+  readonly role: PoolRole;
+  readonly count: number;
+  readonly engine: EngineConfig;
+}
+
+/** What a pool's instances do. */
+export type PoolRole = "both" | "prefill" | "decode";
+
+/** The KV link's bandwidth and latency. */
+export interface KvTransferConfig {
+  /** Gigabits per second; Infinity for unlimited. @default 400 */
+  readonly gbps: number;
+  /** Fixed latency of every transfer, ms. @default 0.02 */
+  readonly latencyMs: number;
+}
+
+/** The fleet's pools: `instances.pools`, or the one pool they describe without it. */
+export function fleetPools(instances: InstancesConfig): readonly PoolConfig[] {
+  return instances.pools ??
+    [{ name: "fleet", role: "both", count: instances.count, engine: instances.engine }];
+}
+
+/** The pool instance `index` of the fleet is in, and its index among the pool's instances. */
+export function poolOfInstance(
+  instances: InstancesConfig,
+  index: number,
+): { readonly pool: PoolConfig; readonly at: number; readonly poolIndex: number } {
+  const pools = fleetPools(instances);
+  let first = 0;
+  for (let p = 0; p < pools.length; p++) {
+    if (index < first + pools[p].count) return { pool: pools[p], at: index - first, poolIndex: p };
+    first += pools[p].count;
+  }
+  throw new RangeError(`instance ${index} is beyond the fleet's ${first} instances`);
+}
+
+/** Whether the fleet is disaggregated (it has prefill and decode pools). */
+export function isDisaggregated(instances: InstancesConfig): boolean {
+  return instances.pools?.some((p) => p.role !== "both") ?? false;
 }
 
 /** What the rest of a run sees of a serving instance, whatever its model. */
@@ -142,8 +196,10 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
         instance: this.index,
         timeMs: ctx.now(),
         reason,
+        ...(command.request.sloClass !== undefined && { sloClass: command.request.sloClass }),
       });
       this.finished++;
+      this.dropped(command, ctx);
     }
     this.reportServed(command, ctx);
   }
@@ -153,6 +209,9 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
     ctx.send(this.metrics, { type: "completed", record });
     this.finished++;
   }
+
+  /** After a `serve` was dropped: let any partner of the request know. @default nothing */
+  protected dropped(_command: ServeCommand, _ctx: ActorContext<ServeCommand | ReportTick | Own>): void {}
 
   /** Before a `serve` is judged: bring deferred work up to now. @default nothing */
   protected arriving(_command: ServeCommand, _ctx: ActorContext<ServeCommand | ReportTick | Own>): void {}

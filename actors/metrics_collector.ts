@@ -11,6 +11,7 @@ import {
   type InstanceStats,
   type MetricsCommand,
 } from "./protocol.ts";
+import type { RequestClass } from "./request_classes.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
 
 /**
@@ -20,6 +21,28 @@ import type { Actor, ActorContext } from "./runtime/kernel.ts";
  * adds nothing, and TTFT reads 0).
  */
 export const MAX_SIMULATED_MS = 2 ** 43;
+
+/** Service-level objectives, ms; a field absent is not checked. */
+export interface SloTargets {
+  /** Time to first token (arrival to first token), > 0; `Infinity` is met by every completed request. */
+  readonly ttftMs?: number;
+  /** Time per output token after the first, > 0; a request with at most one output token meets it. */
+  readonly tpotMs?: number;
+}
+
+/** Options for {@linkcode MetricsCollector}: what it judges requests by. */
+export interface MetricsOptions {
+  /** SLOs of every request its class does not override. @default none */
+  readonly slo?: SloTargets;
+  /** The run's request classes, indexed by `sloClass`: their names and SLO overrides. @default none */
+  readonly classes?: readonly RequestClass[];
+  /**
+   * Each instance's pool, when the fleet is split into pools that share work
+   * differently (disaggregated prefill and decode): imbalance is measured
+   * within each pool and the worst reported. @default one pool
+   */
+  readonly pools?: readonly number[];
+}
 
 /**
  * The summary of one run's requests; each field is defined in design.md.
@@ -68,19 +91,47 @@ export interface RequestMetrics {
    * was expected or it could not be checked (real-time mode).
    */
   readonly viewFalsePositiveRate: number | null;
-  /** (max − min) / mean of per-instance completed counts; null when nothing completed. */
+  /**
+   * (max − min) / mean of per-instance completed counts; null when nothing
+   * completed. Disaggregated: within each pool (prefills, decodes), the worse.
+   */
   readonly imbalance: number | null;
-  /** Coefficient of variation (population) of per-instance completed counts; null when nothing completed. */
+  /** Coefficient of variation (population) of per-instance completed counts (per pool, the worse); null when nothing completed. */
   readonly imbalanceCv: number | null;
-  /** Coefficient of variation of per-instance busy time: a time-weighted imbalance; null when no instance was busy. */
+  /** Coefficient of variation of per-instance busy time (per pool, the worse): a time-weighted imbalance; null when no instance was busy. */
   readonly busyImbalanceCv: number | null;
+  /** Of `tokenHitRate`, the prompt tokens found in GPU memory; null when it is. */
+  readonly gpuTokenHitRate: number | null;
+  /** Of `tokenHitRate`, the prompt tokens loaded from a host-memory KV tier; null when it is. */
+  readonly hostTokenHitRate: number | null;
+  /**
+   * Disaggregated: mean KV transfer time, from the decode instance's pull to
+   * the KV's arrival, including the wait for the prefill instance's link, ms;
+   * null when no request was transferred.
+   */
+  readonly kvTransferMeanMs: number | null;
+  /** Its 99th percentile (HDR histogram, 3 significant digits), ms; null when no request was transferred. */
+  readonly kvTransferP99Ms: number | null;
+  /** Of `kvTransferMeanMs`, the mean wait for the link, ms; null when no request was transferred. */
+  readonly kvQueueMeanMs: number | null;
   /** Completed requests per simulated second, first arrival to last completion. */
   readonly throughputRps: number;
   /**
    * Completed requests that met every SLO set, per simulated second (the same
-   * window as `throughputRps`). No SLO can be set yet, so every completion counts.
+   * window as `throughputRps`); equal to it when no SLO is set.
    */
   readonly goodputRps: number;
+  /**
+   * Requests that met every SLO set / (completed + dropped): a drop misses.
+   * Null when no SLO is set (scenario or class) or nothing finished.
+   */
+  readonly sloAttainment: number | null;
+  /**
+   * Per class name, the same ratio over that class's requests (null for a
+   * class with none finished, or when no SLO is set); null when no classes
+   * are configured.
+   */
+  readonly classAttainment: Readonly<Record<string, number | null>> | null;
   /** Mean time per output token after the first, ms, over requests with more than one output token; null when there were none. */
   readonly tpotMeanMs: number | null;
   /** Output tokens per simulated second (first arrival to last completion). */
@@ -91,7 +142,7 @@ export interface RequestMetrics {
   readonly kvUtilizationMean: number | null;
   /** Preemptions, all instances. */
   readonly preemptions: number;
-  /** Completed requests per instance. */
+  /** Completed requests per instance (disaggregated: a prefill instance counts the requests it prefilled). */
   readonly perInstanceCompleted: readonly number[];
   /** Busy time per instance, ms. */
   readonly perInstanceBusyMs: readonly number[];
@@ -107,6 +158,18 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     useWebAssembly: false,
   });
   readonly #perInstanceCompleted: number[];
+  readonly #pools: readonly number[] | undefined;
+  readonly #transferMicros = hdr.build({
+    lowestDiscernibleValue: 1,
+    highestTrackableValue: 1e13,
+    numberOfSignificantValueDigits: 3,
+    bitBucketSize: 64,
+    useWebAssembly: false,
+  });
+  #transfers = 0;
+  #transferSumMs = 0;
+  #transferQueueSumMs = 0;
+  #hostCachedTokens = 0;
   readonly #perInstanceBusyMs: number[];
   readonly #droppedByReason: Record<DropReason, number> = { queue_full: 0, too_long: 0 };
   readonly #stats: (InstanceStats | undefined)[];
@@ -131,11 +194,37 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   #uncheckedExpected = 0;
   #firstArrivalMs = Infinity;
   #lastEndMs = 0;
+  /** SLO accounting (see MetricsOptions). Targets per class, then one for classless requests; Infinity = not checked. */
+  readonly #sloSet: boolean;
+  readonly #judging: boolean;
+  readonly #classNames: readonly string[] | undefined;
+  readonly #ttftTargetMs: number[];
+  readonly #tpotTargetMs: number[];
+  readonly #classMet: number[];
+  readonly #classFinished: number[];
+  #met = 0;
 
-  constructor(instanceCount: number) {
+  /**
+   * @param instanceCount Instances reporting to it.
+   * @param options The SLOs and request classes requests are judged by.
+   */
+  constructor(instanceCount: number, options: MetricsOptions = {}) {
     this.#perInstanceCompleted = new Array(instanceCount).fill(0);
     this.#perInstanceBusyMs = new Array(instanceCount).fill(0);
     this.#stats = new Array(instanceCount).fill(undefined);
+    this.#pools = options.pools;
+    const { slo = {}, classes = [] } = options;
+    const targets = [
+      ...classes.map((c) => ({ ttftMs: c.sloTtftMs ?? slo.ttftMs, tpotMs: c.sloTpotMs ?? slo.tpotMs })),
+      slo,
+    ];
+    this.#sloSet = targets.some((t) => t.ttftMs !== undefined || t.tpotMs !== undefined);
+    this.#judging = this.#sloSet || classes.length > 0;
+    this.#classNames = classes.length > 0 ? classes.map((c) => c.name) : undefined;
+    this.#ttftTargetMs = targets.map((t) => t.ttftMs ?? Infinity);
+    this.#tpotTargetMs = targets.map((t) => t.tpotMs ?? Infinity);
+    this.#classMet = new Array(classes.length).fill(0);
+    this.#classFinished = new Array(classes.length).fill(0);
   }
 
   /** Requests completed so far. */
@@ -175,13 +264,17 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         }
         this.#perInstanceCompleted[r.instance]++;
         this.#perInstanceBusyMs[r.instance] += r.endMs - r.startMs;
+        if (r.hostCachedTokens !== undefined) this.#hostCachedTokens += r.hostCachedTokens;
+        if (r.prefillInstance !== undefined) this.#disaggregated(r);
         if (r.arrivalMs < this.#firstArrivalMs) this.#firstArrivalMs = r.arrivalMs;
         if (r.endMs > this.#lastEndMs) this.#lastEndMs = r.endMs;
+        if (this.#judging) this.#judge(r, ttftMs);
         break;
       }
       case "dropped":
         this.#dropped++;
         this.#droppedByReason[message.reason]++;
+        if (message.sloClass !== undefined) this.#classFinished[message.sloClass]++;
         break;
       case "instance_stats":
         this.#stats[message.instance] = message;
@@ -189,6 +282,30 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       default:
         assertNever(message);
     }
+  }
+
+  /**
+   * Counts a completed request that met every SLO of its class (TTFT, and
+   * TPOT when it has more than one output token) toward goodput and attainment.
+   */
+  #judge(r: CompletionRecord, ttftMs: number): void {
+    const c = r.sloClass ?? this.#classFinished.length;
+    const classed = r.sloClass !== undefined;
+    if (classed) this.#classFinished[c]++;
+    if (ttftMs > this.#ttftTargetMs[c]) return;
+    const tpotMs = r.outputTokens > 1 ? (r.endMs - r.firstTokenMs) / (r.outputTokens - 1) : 0;
+    if (tpotMs > this.#tpotTargetMs[c]) return;
+    this.#met++;
+    if (classed) this.#classMet[c]++;
+  }
+
+  /** Per class name, its requests that met their SLOs / its finished requests; null without classes. */
+  #classAttainment(): Record<string, number | null> | null {
+    const names = this.#classNames;
+    if (names === undefined) return null;
+    return Object.fromEntries(
+      names.map((name, c) => [name, this.#sloSet ? ratio(this.#classMet[c], this.#classFinished[c]) : null]),
+    );
   }
 
   /** Adds a completed request's routing note to the accounting sums. */
@@ -202,6 +319,28 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     this.#expectedPromptTokens += r.promptTokens;
     if (note.falseTokens === null) this.#uncheckedExpected++;
     else this.#falseTokens += note.falseTokens;
+  }
+
+  /** A disaggregated request: its prefill instance's share of the work, and its KV transfer. */
+  #disaggregated(r: CompletionRecord): void {
+    this.#perInstanceCompleted[r.prefillInstance!]++;
+    if (r.kvTransferMs === undefined) return;
+    this.#transfers++;
+    this.#transferSumMs += r.kvTransferMs;
+    this.#transferQueueSumMs += r.kvQueueMs ?? 0;
+    this.#transferMicros.recordValue(Math.max(1, Math.round(r.kvTransferMs * 1000)));
+  }
+
+  /** `measure` of each pool's values, the worst (largest); null when every pool's is. */
+  #perPool(values: readonly number[], measure: (v: readonly number[]) => number | null): number | null {
+    const pools = this.#pools;
+    if (pools === undefined) return measure(values);
+    let worst: number | null = null;
+    for (const pool of new Set(pools)) {
+      const m = measure(values.filter((_, i) => pools[i] === pool));
+      if (m !== null && (worst === null || m > worst)) worst = m;
+    }
+    return worst;
   }
 
   #busyMsPerInstance(): number[] {
@@ -242,14 +381,21 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       viewFalsePositiveRate: this.#uncheckedExpected > 0
         ? null
         : ratio(this.#falseTokens, this.#expectedTokens),
-      imbalance: rangeOverMean(this.#perInstanceCompleted),
-      imbalanceCv: coefficientOfVariation(this.#perInstanceCompleted),
+      imbalance: this.#perPool(this.#perInstanceCompleted, rangeOverMean),
+      imbalanceCv: this.#perPool(this.#perInstanceCompleted, coefficientOfVariation),
       // The batching model reports its engine's busy time (its requests overlap);
       // the FIFO model's busy time is the sum of its requests' service times.
-      busyImbalanceCv: coefficientOfVariation(this.#busyMsPerInstance()),
+      busyImbalanceCv: this.#perPool(this.#busyMsPerInstance(), coefficientOfVariation),
+      gpuTokenHitRate: tokenHitRate === null ? null : ratio(this.#cachedTokens - this.#hostCachedTokens, this.#promptTokens),
+      hostTokenHitRate: tokenHitRate === null ? null : ratio(this.#hostCachedTokens, this.#promptTokens),
+      kvTransferMeanMs: ratio(this.#transferSumMs, this.#transfers),
+      kvTransferP99Ms: this.#transfers === 0 ? null : this.#transferMicros.getValueAtPercentile(99) / 1000,
+      kvQueueMeanMs: ratio(this.#transferQueueSumMs, this.#transfers),
       throughputRps: perSec(n),
-      // Completions that met every SLO set: none can be set yet, so every completion.
-      goodputRps: perSec(this.#completed),
+      // Completions that met every SLO set: every completion when none is set.
+      goodputRps: perSec(this.#judging ? this.#met : n),
+      sloAttainment: this.#sloSet ? ratio(this.#met, n + this.#dropped) : null,
+      classAttainment: this.#classAttainment(),
       tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
       outputTokensPerSec: perSec(this.#outputTokens),
       tokensPerSec: perSec(this.#outputTokens + this.#promptTokens),

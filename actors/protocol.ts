@@ -29,6 +29,10 @@ export interface Request {
   readonly prefixKeys?: readonly number[];
   /** Tokens each of `prefixKeys` covers (a multiple of the instance's block size). */
   readonly keyTokens?: number;
+  /** Index of the request's class in `workload.classes`; absent when no classes are configured. */
+  readonly sloClass?: number;
+  /** Its class's priority (higher is served first); absent when no classes are configured. */
+  readonly priority?: number;
 }
 
 // ---- Workload source -------------------------------------------------------
@@ -92,8 +96,20 @@ export interface ReportTick {
   readonly type: "report_tick";
 }
 
+/**
+ * A prefill instance finished a request's prefill and holds its KV for the
+ * decode instance to pull (disaggregated serving, prefill-first flow): the
+ * router now picks the decode instance.
+ */
+export interface PrefilledCommand {
+  readonly type: "prefilled";
+  readonly request: Request;
+  readonly routing?: RoutingNote;
+  readonly prefill: PrefillDone;
+}
+
 /** Commands the router accepts. */
-export type RouterCommand = RouteCommand | InstanceStatus;
+export type RouterCommand = RouteCommand | InstanceStatus | PrefilledCommand;
 
 // ---- Serving instance ------------------------------------------------------
 
@@ -118,6 +134,63 @@ export interface ServeCommand {
   readonly replyTo: ActorRef<InstanceStatus>;
   /** The router's accounting of this placement, carried into the completion record. */
   readonly routing?: RoutingNote;
+  /** Disaggregated serving: which leg of the request this is. Absent: serve it whole (prefill and decode here). */
+  readonly leg?: PdLeg;
+}
+
+/**
+ * One leg of a disaggregated request (design.md, "Disaggregated serving").
+ * `prefill`: compute the prompt's KV and hold it for the decode instance —
+ * `decode` names it when the router chose it first (decode-first flow),
+ * else the router is told (`prefilled`) and chooses it then. `decode`: pull
+ * the KV from `prefill` and generate every output token here.
+ */
+export type PdLeg =
+  | {
+    readonly phase: "prefill";
+    readonly decode?: { readonly index: number; readonly ref: ActorRef<ServeCommand | PdAbandoned> };
+  }
+  | { readonly phase: "decode"; readonly prefill: PrefillDone };
+
+/** Where a request was prefilled, for its decode instance. */
+export interface PrefillDone {
+  /** The prefill instance's index. */
+  readonly index: number;
+  /** Where to pull the KV from. */
+  readonly ref: ActorRef<KvPull>;
+  /** When its prefill was admitted (the request's service start), ms. */
+  readonly startMs: number;
+  /** Prompt tokens the prefill instance found cached. */
+  readonly cachedTokens: number;
+  /** Of those, tokens loaded from its host-memory tier. */
+  readonly hostCachedTokens: number;
+}
+
+/**
+ * A decode instance asks the prefill instance for a request's KV: `tokens`
+ * of it (those whose blocks the decode instance does not hold already), to
+ * be sent on the prefill instance's outbound link; `tokens` −1 cancels (the
+ * decode instance dropped the request: the prefill instance lets go of it).
+ */
+export interface KvPull {
+  readonly type: "kv_pull";
+  readonly requestId: number;
+  readonly tokens: number;
+  readonly replyTo: ActorRef<KvArrived>;
+}
+
+/** The KV a decode instance pulled has arrived: `transferMs` after the pull, of which `queueMs` waiting for the link. */
+export interface KvArrived {
+  readonly type: "kv_arrived";
+  readonly requestId: number;
+  readonly transferMs: number;
+  readonly queueMs: number;
+}
+
+/** The decode instance chosen first (decode-first flow) will not get this request: its prefill instance dropped it. */
+export interface PdAbandoned {
+  readonly type: "pd_abandoned";
+  readonly requestId: number;
 }
 
 /** Commands the FIFO serving instance accepts. */
@@ -134,6 +207,13 @@ export type BatchingCommand =
   | ServeCommand
   /** Internal timer: the engine step in progress ended. */
   | { readonly type: "step_done" }
+  /** Internal timer: a KV transfer on the outbound link ended. */
+  | { readonly type: "kv_sent"; readonly requestId: number }
+  /** Internal timer: a prefix loaded from the host-memory tier arrived. */
+  | { readonly type: "host_loaded"; readonly requestId: number }
+  | KvPull
+  | KvArrived
+  | PdAbandoned
   | ReportTick;
 
 // ---- Metrics collector -----------------------------------------------------
@@ -155,6 +235,16 @@ export interface CompletionRecord {
   readonly preemptions?: number;
   /** The router's accounting of the placement, when it made one. */
   readonly routing?: RoutingNote;
+  /** The request's class (`Request.sloClass`), when classes are configured. */
+  readonly sloClass?: number;
+  /** Disaggregated: the instance that prefilled it (`instance` decoded it). */
+  readonly prefillInstance?: number;
+  /** Disaggregated: KV transfer time, from the pull to the arrival, including the wait for the link, ms. */
+  readonly kvTransferMs?: number;
+  /** Disaggregated: of `kvTransferMs`, the wait for the prefill instance's link, ms. */
+  readonly kvQueueMs?: number;
+  /** Of `cachedTokens`, those loaded from a host-memory KV tier (absent: none). */
+  readonly hostCachedTokens?: number;
 }
 
 /** An instance's running totals, sent to the metrics collector whenever it goes idle. */
@@ -189,6 +279,8 @@ export type MetricsCommand =
     readonly instance: number;
     readonly timeMs: number;
     readonly reason: DropReason;
+    /** The request's class (`Request.sloClass`), when classes are configured: a drop misses its SLO. */
+    readonly sloClass?: number;
   };
 
 /** Any message of the protocol. */

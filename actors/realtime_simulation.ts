@@ -22,6 +22,7 @@ import { reviveTraceFormatError } from "./trace_reader.ts";
 import {
   buildMetrics,
   checkConservation,
+  metricsOptions,
   pendingRequests,
   type Placement,
   type SimulationConfig,
@@ -98,7 +99,8 @@ export async function simulateRealtime(
   const tap: DeliveryTap = (message, to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route") arrivals++;
-    else if (m.type === "serve") served++;
+    // A decode leg's serve is the same request again: it entered with its prefill leg.
+    else if (m.type === "serve" && m.leg?.phase !== "decode") served++;
     else if (m.type === "completed" || m.type === "dropped") finished++;
     options.onDeliver?.(message, to, timeMs);
   };
@@ -110,7 +112,7 @@ export async function simulateRealtime(
     poolSize: options.poolSize,
   });
   try {
-    const collector = buildMetrics(config.instances.count);
+    const collector = buildMetrics(config.instances.count, metricsOptions(config));
     const run = wire(config, placeInWorkers(runtime, config, collector, options));
     await runtime.start({ signal: options.signal });
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
@@ -121,7 +123,7 @@ export async function simulateRealtime(
     });
 
     const summary = collector.summary();
-    const inFlight = served - finished + pendingRequests(runtime.kernel).inFlight;
+    const inFlight = served - finished + pendingRequests(runtime.kernel, false).inFlight;
     checkConservation(
       { arrivals, completed: summary.completed, dropped: summary.dropped, inFlight },
       runtime.kernel.nowMs,
@@ -193,7 +195,7 @@ function placeInWorkers(
     source: (name, router) => {
       const trace = config.workload.trace;
       return runtime.spawnRemote<SourceCommand>(name, {
-        ...remote("createSource", [config.workload, router]),
+        ...remote("createSource", [config.workload, router, config.seed]),
         // A trace replay may read its trace file, nothing else (a generated trace reads nothing).
         permissions: trace?.path !== undefined ? { ...NO_PERMISSIONS, read: [trace.path] } : "none",
       });

@@ -9,7 +9,10 @@ import { type BlockKeys, blockKeys, keyedBlockCount } from "./prefix_keys.ts";
 import {
   assertNever,
   type InstanceStatus,
+  type PdAbandoned,
+  type PrefilledCommand,
   type Request,
+  type RouteCommand,
   type RouterCommand,
   type RoutingNote,
   type ServeCommand,
@@ -50,6 +53,41 @@ export interface RouterOptions extends InstanceTableOptions {
    * `availableTokens` and `falseTokens` are null
    */
   readonly fleetCache?: FleetCache;
+  /** Disaggregated serving: the prefill and decode pools and how requests flow between them. @default aggregated */
+  readonly disaggregation?: Disaggregation;
+}
+
+/** A pool of instances the router routes among with one policy and one view. */
+export interface RoutingPool {
+  /** The instances' indices in the fleet; the pool's view numbers them 0 .. n − 1 in this order. */
+  readonly members: readonly number[];
+  readonly policy: RoutingPolicy;
+  /** The pool's view options (its own cache view, capacities). */
+  readonly table: InstanceTableOptions;
+}
+
+/**
+ * How the router places a disaggregated request (design.md, "Disaggregated
+ * serving"). `prefill-first`: a prefill instance at arrival, the decode
+ * instance when the prefill is done (SGLang's router and Dynamo score each
+ * pool with its own policy). `decode-first` (llm-d): the decode instance at
+ * arrival, then a prefill instance — or none, when the part of the prompt
+ * the decode instance is believed not to hold is under `localPrefillTokens`.
+ */
+export interface Disaggregation {
+  readonly prefill: RoutingPool;
+  readonly decode: RoutingPool;
+  readonly flow: "prefill-first" | "decode-first";
+  /** Decode-first: prefill on the decode instance itself when fewer prompt tokens than this are uncached there. */
+  readonly localPrefillTokens: number;
+}
+
+/** One pool as the router keeps it. */
+interface Pool {
+  readonly view: InstanceTable;
+  readonly policy: RoutingPolicy;
+  /** Fleet index of each of the pool's instances (absent: the identity, a fleet of one pool). */
+  readonly members: readonly number[] | undefined;
 }
 
 /** The note of a decision that knew nothing of caches: every field unknown. */
@@ -121,8 +159,9 @@ export class InstanceTable implements RouterView {
   }
 
   hostMatchedBlocks(instance: number, request: Request): number {
-    // TODO(host tier): GPU and host blocks, from the view's tier reports.
-    return this.matchedBlocks(instance, request);
+    const matched = this.matchedBlocks(instance, request);
+    if (!this.cacheView.hasHostTier || this.#cacheUnit === "groups") return matched;
+    return this.cacheView.hostMatchedBlocks!(instance, this.#keys(request), matched);
   }
 
   /** Starts a routing decision: forgets what the previous one consulted. */
@@ -176,9 +215,8 @@ export class InstanceTable implements RouterView {
     if (this.cacheView.learnsFromRouting) this.cacheView.routed(instance, request, this.#keys(request));
   }
 
-  /** Applies one status report. */
-  apply(status: InstanceStatus): void {
-    const i = status.instance;
+  /** Applies one status report, from the instance this table calls `i` (by default the status's own index). */
+  apply(status: InstanceStatus, i = status.instance): void {
     this.waiting[i] = status.waiting;
     this.running[i] = status.running;
     this.queued[i] = status.queued;
@@ -187,7 +225,7 @@ export class InstanceTable implements RouterView {
     this.kvUtilization[i] = status.kvUtilization;
     this.pendingPrefillTokens[i] = status.pendingPrefillTokens;
     this.decodeBlocks[i] = status.decodeBlocks;
-    this.cacheView.apply(status);
+    this.cacheView.apply(status, i);
     this.#memoRequest = undefined;
   }
 
@@ -227,13 +265,22 @@ export class InstanceTable implements RouterView {
 /**
  * Routes `route` commands to instances and applies their `status` reports.
  * The policy's choice is checked: anything but a valid instance index fails
- * the run with an `invalid_choice` error naming the policy.
+ * the run with an `invalid_choice` error naming the policy. A disaggregated
+ * fleet has two pools, each with its own view and policy; a request gets a
+ * prefill instance and a decode instance, in the order the flow says.
  */
 export class Router implements Actor<RouterCommand> {
+  /** The view of the (first) pool: the whole fleet, or the prefill pool. */
   readonly view: InstanceTable;
   readonly #instances: readonly ActorRef<ServeCommand>[];
   readonly #policy: RoutingPolicy;
   readonly #fleetCache: FleetCache | undefined;
+  readonly #pd: Disaggregation | undefined;
+  readonly #prefill: Pool;
+  readonly #decode: Pool | undefined;
+  /** Disaggregated: each fleet instance's pool (0 prefill, 1 decode) and index in it. */
+  readonly #poolOf: Int32Array | undefined;
+  readonly #indexInPool: Int32Array | undefined;
 
   constructor(
     instances: readonly ActorRef<ServeCommand>[],
@@ -243,16 +290,38 @@ export class Router implements Actor<RouterCommand> {
     this.#instances = instances;
     this.#policy = policy;
     this.#fleetCache = options.fleetCache;
-    this.view = new InstanceTable(instances.length, options);
+    const pd = this.#pd = options.disaggregation;
+    if (pd === undefined) {
+      this.view = new InstanceTable(instances.length, options);
+      this.#prefill = { view: this.view, policy, members: undefined };
+      return;
+    }
+    this.#prefill = poolOf(pd.prefill);
+    this.#decode = poolOf(pd.decode);
+    this.view = this.#prefill.view;
+    this.#poolOf = new Int32Array(instances.length).fill(-1);
+    this.#indexInPool = new Int32Array(instances.length);
+    [pd.prefill, pd.decode].forEach((pool, p) =>
+      pool.members.forEach((member, i) => {
+        this.#poolOf![member] = p;
+        this.#indexInPool![member] = i;
+      })
+    );
+  }
+
+  /** The decode pool's view (disaggregated fleets only). */
+  get decodeView(): InstanceTable | undefined {
+    return this.#decode?.view;
   }
 
   /**
-   * The accounting of placing `request` on `choice`, before the view records
-   * it (an approximate view learns from the routing). The fleet cache is read
-   * here, never by the policy.
+   * The accounting of placing `request` on `pool`'s instance `choice`, before
+   * the view records it (an approximate view learns from the routing). The
+   * fleet cache is read here, never by the policy.
    */
-  #note(choice: number, request: Request): RoutingNote {
-    const expected = this.view.expectedTokens(choice, request);
+  #note(pool: Pool, choice: number, request: Request): RoutingNote {
+    const view = pool.view, members = pool.members;
+    const expected = view.expectedTokens(choice, request);
     const fleet = this.#fleetCache;
     if (fleet === undefined) {
       return expected === null
@@ -262,11 +331,12 @@ export class Router implements Actor<RouterCommand> {
     // The chosen instance first: when it holds all the request could share (or
     // there is nothing to share), no instance can hold more, and the others
     // need not be asked.
-    const most = this.view.cacheableTokens(request);
-    const held = most > 0 ? fleet.cachedPrefixTokens(choice, request) : 0;
+    const most = view.cacheableTokens(request);
+    const at = (i: number) => fleet.cachedPrefixTokens(members === undefined ? i : members[i], request);
+    const held = most > 0 ? at(choice) : 0;
     let available = held;
-    for (let i = 0; i < this.#instances.length && available < most; i++) {
-      if (i !== choice) available = Math.max(available, fleet.cachedPrefixTokens(i, request));
+    for (let i = 0; i < view.instanceCount && available < most; i++) {
+      if (i !== choice) available = Math.max(available, at(i));
     }
     return {
       availableTokens: available,
@@ -275,31 +345,131 @@ export class Router implements Actor<RouterCommand> {
     };
   }
 
+  /** `pool`'s policy's choice for `request`, checked. */
+  #choose(pool: Pool, request: Request, ctx: ActorContext<RouterCommand>, type: string): number {
+    const view = pool.view;
+    view.startDecision();
+    const choice = pool.policy.choose(request, view, ctx.random);
+    if (!(Number.isInteger(choice) && choice >= 0 && choice < view.instanceCount)) {
+      throw new SimulationError(
+        "invalid_choice",
+        `policy "${pool.policy.name}" returned ${
+          String(choice)
+        }; expected an integer in [0, ${view.instanceCount})`,
+        { actor: ctx.name, messageType: type, timeMs: ctx.now() },
+      );
+    }
+    return choice;
+  }
+
+  /** The fleet address of `pool`'s instance `i`. */
+  #ref(pool: Pool, i: number): ActorRef<ServeCommand> {
+    return this.#instances[pool.members === undefined ? i : pool.members[i]];
+  }
+
   handle(message: RouterCommand, ctx: ActorContext<RouterCommand>): void {
     switch (message.type) {
       case "route": {
-        const view = this.view, request = message.request;
-        view.startDecision();
-        const choice = this.#policy.choose(request, view, ctx.random);
-        if (!(Number.isInteger(choice) && choice >= 0 && choice < view.instanceCount)) {
-          throw new SimulationError(
-            "invalid_choice",
-            `policy "${this.#policy.name}" returned ${
-              String(choice)
-            }; expected an integer in [0, ${view.instanceCount})`,
-            { actor: ctx.name, messageType: message.type, timeMs: ctx.now() },
-          );
-        }
-        const routing = this.#note(choice, request);
-        view.routed(choice, request);
+        if (this.#pd !== undefined) return this.#routeDisaggregated(message, ctx);
+        const pool = this.#prefill, request = message.request;
+        const choice = this.#choose(pool, request, ctx, message.type);
+        const routing = this.#note(pool, choice, request);
+        pool.view.routed(choice, request);
         ctx.send(this.#instances[choice], { type: "serve", request, replyTo: ctx.self, routing });
         break;
       }
       case "status":
-        this.view.apply(message);
+        if (this.#poolOf === undefined) this.view.apply(message);
+        else {
+          const pool = this.#poolOf[message.instance] === 0 ? this.#prefill : this.#decode!;
+          pool.view.apply(message, this.#indexInPool![message.instance]);
+        }
+        break;
+      case "prefilled":
+        this.#prefilled(message, ctx);
         break;
       default:
         assertNever(message);
     }
   }
+
+  /** A disaggregated arrival: prefill instance now (prefill-first), or decode instance and then prefill instance. */
+  #routeDisaggregated(message: RouteCommand, ctx: ActorContext<RouterCommand>): void {
+    const pd = this.#pd!, request = message.request, prefill = this.#prefill;
+    if (pd.flow === "prefill-first") {
+      const p = this.#choose(prefill, request, ctx, message.type);
+      const routing = this.#note(prefill, p, request);
+      prefill.view.routed(p, request);
+      ctx.send(this.#ref(prefill, p), {
+        type: "serve",
+        request,
+        replyTo: ctx.self,
+        routing,
+        leg: { phase: "prefill" },
+      });
+      return;
+    }
+    const decode = this.#decode!;
+    const d = this.#choose(decode, request, ctx, message.type);
+    const prompt = request.prefixTokens + request.suffixTokens;
+    const cached = Math.min(decode.view.matchedBlocks(d, request) * decode.view.blockTokens, prompt);
+    if (prompt - cached < pd.localPrefillTokens) {
+      // Little to prefill: the decode instance does it all.
+      const routing = this.#note(decode, d, request);
+      decode.view.routed(d, request);
+      ctx.send(this.#ref(decode, d), { type: "serve", request, replyTo: ctx.self, routing });
+      return;
+    }
+    decode.view.routed(d, request);
+    const p = this.#choose(prefill, request, ctx, message.type);
+    const routing = this.#note(prefill, p, request);
+    prefill.view.routed(p, request);
+    // Instances take every leg's messages, whatever the fleet's refs are typed as.
+    const decodeAt = {
+      index: decode.members![d],
+      ref: this.#ref(decode, d) as ActorRef<ServeCommand | PdAbandoned>,
+    };
+    ctx.send(this.#ref(prefill, p), {
+      type: "serve",
+      request,
+      replyTo: ctx.self,
+      routing,
+      leg: { phase: "prefill", decode: decodeAt },
+    });
+  }
+
+  /** Prefill-first: a prefill finished; the decode instance is chosen now, and pulls the KV. */
+  #prefilled(message: PrefilledCommand, ctx: ActorContext<RouterCommand>): void {
+    const decode = this.#decode;
+    if (decode === undefined || this.#pd!.flow !== "prefill-first") {
+      throw new SimulationError(
+        "invariant_broken",
+        "a prefilled request reached a router that did not ask for it",
+        {
+          actor: ctx.name,
+          messageType: message.type,
+          timeMs: ctx.now(),
+        },
+      );
+    }
+    const { request, routing, prefill } = message;
+    const d = this.#choose(decode, request, ctx, message.type);
+    decode.view.routed(d, request);
+    ctx.send(this.#ref(decode, d), {
+      type: "serve",
+      request,
+      replyTo: ctx.self,
+      routing,
+      leg: { phase: "decode", prefill },
+    });
+  }
+}
+
+/** A pool's view and policy. */
+function poolOf(pool: RoutingPool): Pool {
+  return {
+    view: new InstanceTable(pool.members.length, pool.table),
+    policy: pool.policy,
+    members: pool.members,
+  };
 }

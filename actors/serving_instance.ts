@@ -4,10 +4,10 @@
  * time; time to first token = queue wait + overhead + prefill of the uncached
  * prompt tokens; an optional decode phase keeps the instance busy afterwards.
  */
-import { Queue } from "mnemonist";
 import { sampleExponential } from "./distributions.ts";
 import { NO_EVICTION, PrefixCache } from "./prefix_cache.ts";
 import { InstanceActor, type InstanceModel } from "./instance_model.ts";
+import { PriorityFifo } from "./priority_fifo.ts";
 import {
   assertNever,
   type DropReason,
@@ -54,13 +54,15 @@ const PREFILL_DONE: FifoTimer = Object.freeze({ type: "prefill_done" });
 const DECODE_DONE: FifoTimer = Object.freeze({ type: "decode_done" });
 
 /**
- * Serves requests one at a time in arrival order. It reports its state to the
+ * Serves requests one at a time in arrival order — highest priority first
+ * when requests carry one (request classes), in arrival order within a
+ * priority. It reports its state to the
  * router (`status`) whenever it accepts, and whenever it finishes a request,
  * and each finished request to the metrics collector.
  */
 export class ServingInstance extends InstanceActor<FifoTimer> {
   readonly #options: FifoInstanceOptions;
-  readonly #queue = new Queue<ServeCommand>();
+  readonly #queue = new PriorityFifo<ServeCommand>((command) => command.request.priority);
   readonly cache: PrefixCache;
   #current: ServeCommand | undefined;
   #startMs = 0;
@@ -198,6 +200,7 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
       cachedTokens: this.#cachedTokens,
       outputTokens: request.outputTokens,
       routing: this.#current!.routing,
+      ...(request.sloClass !== undefined && { sloClass: request.sloClass }),
     }, ctx);
     this.#current = undefined;
     const next = this.#queue.dequeue();

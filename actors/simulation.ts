@@ -20,7 +20,9 @@ import {
   buildRouter,
   buildSource,
   checkConservation,
+  metricsOptions,
   pendingRequests,
+  type PoolPolicies,
   type SimulationConfig,
   wire,
 } from "./topology.ts";
@@ -52,6 +54,10 @@ export interface RunResult extends RequestMetrics {
 export interface SimulateOptions {
   /** Use this policy instead of the one `config.policy` names. */
   readonly policy?: RoutingPolicy;
+  /** Disaggregated fleets: use this policy for the prefill pool instead of `config.prefillPolicy`'s. */
+  readonly prefillPolicy?: RoutingPolicy;
+  /** Disaggregated fleets: use this policy for the decode pool instead of `config.decodePolicy`'s. */
+  readonly decodePolicy?: RoutingPolicy;
   /** Called after the run with its actors, for tests and diagnostics that compare their states. */
   readonly inspect?: (actors: {
     readonly router: Router;
@@ -85,7 +91,7 @@ export interface RunProgress {
  */
 export function simulate(config: SimulationConfig, options: SimulateOptions = {}): RunResult {
   const kernel = new Kernel({ seed: config.seed, onDeliver: options.onDeliver });
-  const run = placeLocally(kernel, config, options.policy);
+  const run = placeLocally(kernel, config, options);
   kernel.send(run.sourceRef, { type: "start" });
   if (options.onProgress === undefined) kernel.run({ untilMs: config.untilMs });
   else runWithProgress(kernel, run, config.untilMs ?? Infinity, options.onProgress);
@@ -132,13 +138,19 @@ interface LocalRun {
 }
 
 /** Spawns the run's actors in `kernel`, keeping the objects (for the god's-eye cache view and the final counts). */
-function placeLocally(kernel: Kernel, config: SimulationConfig, plugin: RoutingPolicy | undefined): LocalRun {
+function placeLocally(kernel: Kernel, config: SimulationConfig, options: SimulateOptions): LocalRun {
   const instances: ServingActor[] = [];
-  const policy = plugin ?? createPolicy(config.policy);
+  const policy = options.policy ?? createPolicy(config.policy);
+  const plugin = options.policy ?? options.prefillPolicy ?? options.decodePolicy;
+  const poolPolicies: PoolPolicies = {
+    prefill: options.prefillPolicy ?? (config.prefillPolicy && createPolicy(config.prefillPolicy)),
+    decode: options.decodePolicy ?? (config.decodePolicy && createPolicy(config.decodePolicy)),
+  };
   let metrics: MetricsCollector | undefined, router: Router | undefined;
   let source: WorkloadSource | TraceSource | undefined;
   const refs = wire(config, {
-    metrics: (name) => kernel.spawn(name, metrics = buildMetrics(config.instances.count)),
+    metrics: (name) =>
+      kernel.spawn(name, metrics = buildMetrics(config.instances.count, metricsOptions(config))),
     instance: (name, index, metricsRef) => {
       const instance = buildInstance(index, config, metricsRef, plugin !== undefined);
       instances.push(instance);
@@ -148,9 +160,16 @@ function placeLocally(kernel: Kernel, config: SimulationConfig, plugin: RoutingP
     router: (name, instanceRefs) =>
       kernel.spawn(
         name,
-        router = buildRouter(instanceRefs, config, policy, fleetCache(config, instances, kernel)),
+        router = buildRouter(
+          instanceRefs,
+          config,
+          policy,
+          fleetCache(config, instances, kernel),
+          poolPolicies,
+        ),
       ),
-    source: (name, routerRef) => kernel.spawn(name, source = buildSource(config.workload, routerRef)),
+    source: (name, routerRef) =>
+      kernel.spawn(name, source = buildSource(config.workload, routerRef, config.seed)),
   });
   return { metrics: metrics!, instances, router: router!, source: source!, sourceRef: refs.source, policy };
 }

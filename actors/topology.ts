@@ -14,12 +14,26 @@
  * instances report to the router, and the one check that no request was lost.
  */
 import { createCacheView } from "./cache_view.ts";
-import type { InstancesConfig, ServingActor } from "./instance_model.ts";
+import {
+  type EngineConfig,
+  fleetPools,
+  type InstancesConfig,
+  isDisaggregated,
+  poolOfInstance,
+  type ServingActor,
+} from "./instance_model.ts";
 import { instanceModel } from "./instance_models.ts";
-import { MetricsCollector } from "./metrics_collector.ts";
+import { MetricsCollector, type MetricsOptions, type SloTargets } from "./metrics_collector.ts";
 import { policyReads, type PolicySpec, type RoutingPolicy } from "./policies/mod.ts";
 import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
-import { type FleetCache, type InstanceTableOptions, Router } from "./router.ts";
+import { requestClasses } from "./request_classes.ts";
+import {
+  type Disaggregation,
+  type FleetCache,
+  type InstanceTableOptions,
+  Router,
+  type RoutingPool,
+} from "./router.ts";
 import type { ActorRef, Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
 import type { StatusReportingOptions } from "./status_reporter.ts";
@@ -37,14 +51,22 @@ export interface RouterConfig {
   readonly statusIntervalMs: number;
   /** Network delay of every status report, ms. @default 0 */
   readonly networkDelayMs: number;
+  /** Disaggregated fleets: which instance is chosen first (see {@linkcode Disaggregation}). @default "prefill-first" */
+  readonly pdFlow?: "prefill-first" | "decode-first";
+  /** Decode-first: prefill on the decode instance when fewer prompt tokens than this are uncached there. @default 0 */
+  readonly pdLocalPrefillTokens?: number;
 }
 
 /** A complete, validated description of one run. */
 export interface SimulationConfig {
   /** Seed of every random stream in the run. */
   readonly seed: number;
-  /** The routing policy. */
+  /** The routing policy (of every pool without its own). */
   readonly policy: PolicySpec;
+  /** Disaggregated fleets: the prefill pool's policy. @default `policy` */
+  readonly prefillPolicy?: PolicySpec;
+  /** Disaggregated fleets: the decode pool's policy. @default `policy` */
+  readonly decodePolicy?: PolicySpec;
   /** What the router sees, and how late. */
   readonly router: RouterConfig;
   /** The serving instances. */
@@ -53,6 +75,8 @@ export interface SimulationConfig {
   readonly workload: WorkloadOptions & { readonly trace?: TraceOptions };
   /** Stop simulated time here; requests not finished count as in flight. @default Infinity */
   readonly untilMs?: number;
+  /** SLOs of every request its class does not override; a field absent everywhere is not checked. @default none */
+  readonly slo?: SloTargets;
 }
 
 /** The actors' names; each seeds the actor's random stream, so they never change. */
@@ -95,9 +119,25 @@ export function wire(config: SimulationConfig, placement: Placement): RunActors 
   return { metrics, instances, router, source };
 }
 
-/** The metrics collector of a run. */
-export function buildMetrics(instanceCount: number): MetricsCollector {
-  return new MetricsCollector(instanceCount);
+/**
+ * The metrics collector of a run.
+ * @param options The SLOs and classes it judges requests by: {@linkcode metricsOptions} of the run's config.
+ */
+export function buildMetrics(instanceCount: number, options: MetricsOptions = {}): MetricsCollector {
+  return new MetricsCollector(instanceCount, options);
+}
+
+/** The SLOs and request classes of `config`, for {@linkcode buildMetrics}. */
+export function metricsOptions(config: SimulationConfig): MetricsOptions {
+  const pools = config.instances.pools;
+  const split = pools !== undefined && pools.some((p) => p.role !== "both");
+  return {
+    slo: config.slo,
+    classes: config.workload.classes,
+    pools: split
+      ? pools.flatMap((p) => Array.from({ length: p.count }, () => (p.role === "prefill" ? 0 : 1)))
+      : undefined,
+  };
 }
 
 /** Serving instance `index`, of the configured model, reporting what the policy reads (`pluginPolicy`: everything). */
@@ -107,12 +147,27 @@ export function buildInstance(
   metrics: ActorRef<MetricsCommand>,
   pluginPolicy: boolean,
 ): ServingActor {
+  const { pool } = poolOfInstance(config.instances, index);
+  const instances = config.instances.pools === undefined
+    ? config.instances
+    : { ...config.instances, engine: pool.engine };
+  const policy = pool.role === "prefill"
+    ? config.prefillPolicy
+    : pool.role === "decode"
+    ? config.decodePolicy
+    : undefined;
   return instanceModel(config.instances.model).create(
     index,
-    config.instances,
+    instances,
     metrics,
-    statusReporting(config, pluginPolicy),
+    statusReporting(config, pluginPolicy, policy),
   );
+}
+
+/** The policies of a disaggregated fleet's pools (absent: the run's policy). */
+export interface PoolPolicies {
+  readonly prefill?: RoutingPolicy;
+  readonly decode?: RoutingPolicy;
 }
 
 /** The router, with `policy` and the view the config describes (plus the god's-eye `fleetCache`, in a virtual run). */
@@ -121,29 +176,102 @@ export function buildRouter(
   config: SimulationConfig,
   policy: RoutingPolicy,
   fleetCache?: FleetCache,
+  poolPolicies: PoolPolicies = {},
 ): Router {
-  return new Router(instances, policy, { ...routerOptions(config), fleetCache });
+  return new Router(instances, policy, {
+    ...routerOptions(config),
+    fleetCache,
+    disaggregation: disaggregation(config, policy, poolPolicies),
+  });
 }
 
-/** The workload source: synthetic, or a trace replay when the workload names a trace. */
+/** A disaggregated fleet's pools as the router routes them; undefined for an aggregated fleet. */
+function disaggregation(
+  config: SimulationConfig,
+  policy: RoutingPolicy,
+  policies: PoolPolicies,
+): Disaggregation | undefined {
+  if (!isDisaggregated(config.instances)) return undefined;
+  const pool = (role: "prefill" | "decode", own: RoutingPolicy | undefined): RoutingPool => {
+    const members: number[] = [], engines: EngineConfig[] = [];
+    let first = 0;
+    for (const p of fleetPools(config.instances)) {
+      if (p.role === role) {
+        for (let i = 0; i < p.count; i++) members.push(first + i), engines.push(p.engine);
+      }
+      first += p.count;
+    }
+    return { members, policy: own ?? policy, table: routerOptions(config, engines) };
+  };
+  return {
+    prefill: pool("prefill", policies.prefill),
+    decode: pool("decode", policies.decode),
+    flow: config.router.pdFlow ?? "prefill-first",
+    localPrefillTokens: config.router.pdLocalPrefillTokens ?? 0,
+  };
+}
+
+/**
+ * An engine's serving capacity, for load-aware policies: the prompt tokens
+ * per ms of a full-budget step. It weighs step overhead and prefill cost as
+ * the engine does; only ratios between instances matter.
+ */
+export function engineCapacity(engine: EngineConfig): number {
+  return engine.maxBatchTokens / (engine.stepMs + engine.prefillMsPerToken * engine.maxBatchTokens);
+}
+
+/** Capacities relative to the fastest (1): undefined when all are equal (every capacity 1). */
+function relativeCapacities(engines: readonly EngineConfig[]): number[] | undefined {
+  const raw = engines.map(engineCapacity);
+  const max = Math.max(...raw);
+  return raw.every((c) => c === max) ? undefined : raw.map((c) => c / max);
+}
+
+/**
+ * The workload source: synthetic, or a trace replay when the workload names a
+ * trace. With `workload.classes`, each request draws its class from a stream
+ * of its own, seeded by `seed` (actors/request_classes.ts).
+ */
 export function buildSource(
   workload: SimulationConfig["workload"],
   router: ActorRef<RouteCommand>,
+  seed: number,
 ): WorkloadSource | TraceSource {
-  return workload.trace ? new TraceSource(workload.trace, router) : new WorkloadSource(workload, router);
+  const classes = requestClasses(workload.classes, seed);
+  return workload.trace
+    ? new TraceSource(workload.trace, router, undefined, classes)
+    : new WorkloadSource(workload, router, undefined, classes);
 }
 
-/** The router's options (cache view, block size) for a config. */
-export function routerOptions(config: SimulationConfig): InstanceTableOptions {
+/**
+ * The router's options (cache view, block size, capacities) for a config's
+ * fleet, or for the pool of `engines` (one per instance) of it.
+ */
+export function routerOptions(
+  config: SimulationConfig,
+  engines?: readonly EngineConfig[],
+): InstanceTableOptions {
   const { instances, router } = config;
   const model = instanceModel(instances.model);
-  const capacity = router.approxCapacity === null
-    ? Infinity
-    : router.approxCapacity ?? model.cacheCapacity(instances);
+  const fleet = engines ??
+    (instances.pools === undefined
+      ? undefined
+      : fleetPools(instances).flatMap((p) => Array.from({ length: p.count }, () => p.engine)));
+  const count = fleet?.length ?? instances.count;
+  // The approximate view's default capacity: each pool's own (the first instance's, for a fleet).
+  const cacheCapacity = router.approxCapacity === null ? Infinity : router.approxCapacity ??
+    model.cacheCapacity(fleet === undefined ? instances : { ...instances, engine: fleet[0] });
   return {
     blockTokens: instances.engine.blockTokens,
     cacheUnit: model.cacheUnit,
-    cacheView: createCacheView(instances.count, { kind: router.cacheView, unit: model.cacheUnit, capacity }),
+    cacheView: createCacheView(count, {
+      kind: router.cacheView,
+      unit: model.cacheUnit,
+      capacity: cacheCapacity,
+      hostBlocks: fleet?.map((e) => e.hostKvBlocks ?? 0) ??
+        new Array(count).fill(instances.engine.hostKvBlocks ?? 0),
+    }),
+    capacity: fleet === undefined ? undefined : relativeCapacities(fleet),
   };
 }
 
@@ -153,9 +281,13 @@ export function routerOptions(config: SimulationConfig): InstanceTableOptions {
  * serves a policy that reads blocks, and load signals only for one that
  * reads them (a plugin, `pluginPolicy`, may read anything).
  */
-export function statusReporting(config: SimulationConfig, pluginPolicy = false): StatusReportingOptions {
+export function statusReporting(
+  config: SimulationConfig,
+  pluginPolicy = false,
+  policy: PolicySpec = config.policy,
+): StatusReportingOptions {
   const { router, instances } = config;
-  const reads = pluginPolicy ? { blocks: true, load: true } : policyReads(config.policy.name);
+  const reads = pluginPolicy ? { blocks: true, load: true } : policyReads(policy.name);
   return {
     intervalMs: router.statusIntervalMs,
     delayMs: router.networkDelayMs,
@@ -192,15 +324,19 @@ export function checkConservation(count: RequestCount, timeMs: number): void {
 
 /**
  * Requests in messages the kernel has not delivered: `inFlight` (a `serve`,
- * or a `route` due by now) and `notYetArrived` (a `route` stamped after the
- * run stopped), counted independently of the metrics.
+ * a `prefilled`, or a `route` due by now) and `notYetArrived` (a `route`
+ * stamped after the run stopped), counted independently of the metrics.
+ * `handOffs` false leaves out a disaggregated request's messages after its
+ * prefill leg (`prefilled`, the decode leg's `serve`), for a count that has
+ * the request already (the real-time run's, from the prefill leg's delivery).
  */
-export function pendingRequests(kernel: Kernel): { inFlight: number; notYetArrived: number } {
+export function pendingRequests(kernel: Kernel, handOffs = true): { inFlight: number; notYetArrived: number } {
   let inFlight = 0, notYetArrived = 0;
   kernel.forEachPending((message, _to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route" && timeMs > kernel.nowMs) notYetArrived++;
-    else if (m.type === "route" || m.type === "serve") inFlight++;
+    else if (m.type === "route" || (m.type === "serve" && (handOffs || m.leg?.phase !== "decode"))) inFlight++;
+    else if (m.type === "prefilled" && handOffs) inFlight++;
   });
   return { inFlight, notYetArrived };
 }

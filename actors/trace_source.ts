@@ -6,6 +6,7 @@
  */
 import { GeneratedTraceReader } from "./generated_trace_reader.ts";
 import { assertNever, type RouteCommand, type SourceCommand } from "./protocol.ts";
+import type { RequestClasses } from "./request_classes.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 import {
   type TraceOptions,
@@ -36,6 +37,7 @@ export class TraceSource implements Actor<SourceCommand> {
   readonly #reader: TraceRequestReader;
   readonly #router: ActorRef<RouteCommand>;
   readonly #batchSize: number;
+  readonly #classes: RequestClasses | undefined;
   #lookahead: TraceRequest | undefined;
   #emitted = 0;
   #started = false;
@@ -44,15 +46,18 @@ export class TraceSource implements Actor<SourceCommand> {
    * @param trace The trace's options (see {@linkcode openTrace}), or any reader of requests.
    * @param router Where the requests go.
    * @param batchSize Arrivals sent per handler call.
+   * @param classes Draws each replayed request's class (from its own stream); absent: requests carry none.
    */
   constructor(
     trace: TraceOptions | TraceRequestReader,
     router: ActorRef<RouteCommand>,
     batchSize = 64,
+    classes?: RequestClasses,
   ) {
     this.#reader = "next" in trace ? trace : openTrace(trace);
     this.#router = router;
     this.#batchSize = batchSize;
+    this.#classes = classes;
   }
 
   /** Requests sent to the router so far. */
@@ -87,9 +92,10 @@ export class TraceSource implements Actor<SourceCommand> {
     for (let n = 0; n < this.#batchSize && this.#lookahead !== undefined; n++) {
       const traced = this.#lookahead;
       const arrivalMs = Math.max(now, traced.arrivalMs);
+      const request = { ...traced, id: this.#emitted, arrivalMs };
       ctx.send(
         this.#router,
-        { type: "route", request: { ...traced, id: this.#emitted, arrivalMs } },
+        { type: "route", request: this.#classes === undefined ? request : this.#classes.assign(request) },
         arrivalMs - now,
       );
       this.#emitted++;

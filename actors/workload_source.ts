@@ -8,6 +8,7 @@ import { assertNever, type Request, type RouteCommand, type SourceCommand } from
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 import { EventQueue } from "./runtime/event_queue.ts";
 import { GROUP_KEY_STRIDE } from "./prefix_keys.ts";
+import type { RequestClass, RequestClasses } from "./request_classes.ts";
 
 /** The shared-prefix part of the workload. */
 export interface PrefixOptions {
@@ -35,6 +36,8 @@ export interface WorkloadOptions {
   readonly outputTokens: LengthDistribution;
   /** Multi-turn chat sessions instead of independent requests (batching model). */
   readonly sessions?: SessionOptions;
+  /** Request classes (shares, priorities, SLOs), synthetic or replayed; absent: requests carry no class. */
+  readonly classes?: readonly RequestClass[];
 }
 
 /**
@@ -79,7 +82,9 @@ const EMIT: SourceCommand = Object.freeze({ type: "emit" });
  *
  * Draw order per request, from the source's own stream: shared-or-unique,
  * Zipf group (if shared), suffix length and output length (non-constant
- * distributions only), then the gap to the next arrival.
+ * distributions only), then the gap to the next arrival. A request's class,
+ * when classes are configured, comes from their own stream (`classes`), so
+ * the draws above are the same with or without them.
  */
 export class WorkloadSource implements Actor<SourceCommand> {
   readonly #options: WorkloadOptions;
@@ -87,18 +92,31 @@ export class WorkloadSource implements Actor<SourceCommand> {
   readonly #zipf: ZipfSampler;
   readonly #meanGapMs: number;
   readonly #batchSize: number;
+  readonly #classes: RequestClasses | undefined;
   #nextArrivalMs = -1;
   #emitted = 0;
   readonly #turns = new EventQueue<SessionTurn>();
   #turnSeq = 0;
   #sessions = 0;
 
-  constructor(options: WorkloadOptions, router: ActorRef<RouteCommand>, batchSize = 64) {
+  /**
+   * @param options The workload.
+   * @param router Where the requests go.
+   * @param batchSize Arrivals sent per handler call.
+   * @param classes Draws each request's class; absent: requests carry none.
+   */
+  constructor(
+    options: WorkloadOptions,
+    router: ActorRef<RouteCommand>,
+    batchSize = 64,
+    classes?: RequestClasses,
+  ) {
     this.#options = options;
     this.#router = router;
     this.#zipf = new ZipfSampler(options.prefix.groups, options.prefix.zipf);
     this.#meanGapMs = 1000 / options.ratePerSec;
     this.#batchSize = batchSize;
+    this.#classes = classes;
   }
 
   /** Requests sent to the router so far (some may not have arrived yet). */
@@ -132,7 +150,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
     let lastMs = now;
     while (this.#emitted < end) {
       const shared = random() < prefix.sharedFrac;
-      const request: Request = {
+      let request: Request = {
         id: this.#emitted,
         arrivalMs,
         prefixGroup: shared ? this.#zipf.sample(random) : -1,
@@ -140,6 +158,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
         suffixTokens: sampleLength(suffixTokens, random),
         outputTokens: sampleLength(outputTokens, random),
       };
+      if (this.#classes !== undefined) request = this.#classes.assign(request);
       ctx.send(this.#router, { type: "route", request }, arrivalMs - now);
       this.#emitted++;
       lastMs = arrivalMs;
@@ -188,7 +207,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
         { length: Math.floor(prompt / k) },
         (_, j) => j < sharedChunks ? groupKey(turn.group, j) : sessionKey(turn.session, j),
       );
-      const request: Request = {
+      let request: Request = {
         id: this.#emitted,
         arrivalMs,
         prefixGroup: turn.group >= 0 ? turn.group : prefix.groups + turn.session,
@@ -198,6 +217,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
         prefixKeys,
         keyTokens: k,
       };
+      if (this.#classes !== undefined) request = this.#classes.assign(request);
       ctx.send(this.#router, { type: "route", request }, arrivalMs - now);
       this.#emitted++;
       lastMs = arrivalMs;

@@ -23,10 +23,12 @@ import {
 import { fileSystemErrorMessage } from "./file_system_error.ts";
 import { UsageError } from "./usage_error.ts";
 
-/** A numeric scenario flag: where it lands in the scenario and whether it must be whole. */
+/** A numeric scenario flag: where it lands in the scenario, whether it must be whole, whether `inf` is accepted. */
 interface NumericFlag {
   readonly path: readonly string[];
   readonly integer: boolean;
+  /** `inf` means Infinity (a scenario file cannot hold it). @default false */
+  readonly infinite?: boolean;
 }
 
 /** The numeric flags that override scenario fields, besides the policies' parameter flags. */
@@ -42,7 +44,17 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   "cache-capacity": { path: ["instances", "cacheCapacity"], integer: true },
   "trace-speed": { path: ["workload", "trace", "speed"], integer: false },
   seed: { path: ["seed"], integer: true },
+  "slo-ttft-ms": { path: ["slo", "ttftMs"], integer: false, infinite: true },
+  "slo-tpot-ms": { path: ["slo", "tpotMs"], integer: false, infinite: true },
+  "kv-transfer-gbps": { path: ["instances", "kvTransfer", "gbps"], integer: false, infinite: true },
+  "kv-transfer-latency-ms": { path: ["instances", "kvTransfer", "latencyMs"], integer: false },
+  "pd-local-prefill-tokens": { path: ["router", "pdLocalPrefillTokens"], integer: true },
+  "host-kv-blocks": { path: ["instances", "engine", "hostKvBlocks"], integer: true },
+  "host-kv-gbps": { path: ["instances", "engine", "hostKvGbps"], integer: false, infinite: true },
 };
+
+/** The flags that split the fleet into a prefill pool and a decode pool (both needed). */
+const POOL_FLAGS = ["prefill-instances", "decode-instances"] as const;
 
 /** A policy parameter's flag, without `--`: its name in kebab case (`balanceAbs` → `balance-abs`). */
 export function parameterFlag(parameter: string): string {
@@ -63,6 +75,11 @@ export const SCENARIO_OPTIONS = {
   policy: { type: "string" },
   router: { type: "string" },
   "plugin-timeout-ms": { type: "string" },
+  "prefill-policy": { type: "string" },
+  "decode-policy": { type: "string" },
+  "pd-flow": { type: "string" },
+  "prefill-instances": { type: "string" },
+  "decode-instances": { type: "string" },
   model: { type: "string" },
   preset: { type: "string" },
   trace: { type: "string" },
@@ -132,6 +149,18 @@ ${modelsHelp()}
   --trace-speed X        compress trace time by X (2 = twice the load), > 0
   --skip-invalid         skip malformed trace lines (and report how many) instead of failing
   --instances N          number of serving instances, integer >= 1
+  --prefill-instances N  disaggregated serving (batching): N prefill instances, with --decode-instances M
+  --decode-instances M   ... and M decode instances, instead of --instances
+  --pd-flow F            prefill-first (default: the decode instance is picked when the prefill is done) or
+                         decode-first (llm-d: decode instance first, then a prefill instance)
+  --pd-local-prefill-tokens N  decode-first: prefill on the decode instance when fewer prompt tokens than
+                         this are uncached there (default 0: never)
+  --prefill-policy NAME  the prefill pool's policy (default: --policy)
+  --decode-policy NAME   the decode pool's policy (default: --policy)
+  --kv-transfer-gbps X   each prefill instance's outbound KV link, gigabits/s, > 0 or inf (default 400)
+  --kv-transfer-latency-ms X  fixed latency of each KV transfer, ms, >= 0 (default 0.02)
+  --host-kv-blocks N     host-memory KV tier per instance, blocks (batching; default 0: none)
+  --host-kv-gbps X       host tier load bandwidth, gigabits/s, > 0 or inf (default 512, PCIe Gen5 x16)
   --rate R               arrival rate, requests per second, > 0
   --requests N           requests to simulate, integer >= 1
   --zipf S               Zipf exponent of prefix-group popularity, >= 0
@@ -141,6 +170,8 @@ ${modelsHelp()}
   --suffix-tokens N      mean suffix length in tokens (keeps its distribution; > 0 if exponential)
   --cache-capacity N     prefix groups each instance's LRU cache holds, integer >= 0
   --seed N               seed of every random stream, integer >= 0
+  --slo-ttft-ms N        TTFT SLO in ms, > 0 or inf; goodput and attainment count requests meeting every SLO
+  --slo-tpot-ms N        TPOT SLO in ms, > 0 or inf (a request with one output token meets it)
   --json                 print JSON instead of a table
   -h, --help             show this help`;
 
@@ -175,7 +206,7 @@ export function parseFlags<O extends ParseArgsConfig["options"]>(
 }
 
 /**
- * Turns `--rate -3` into `--rate=-3`, so a negative number reaches validation
+ * Turns `--rate -3` into `--rate=-3` (and `-inf`), so a negative number reaches validation
  * (and its clear message) instead of `parseArgs`'s "ambiguous" complaint.
  */
 function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["options"]): string[] {
@@ -183,7 +214,7 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
   for (let i = 0; i < args.length; i++) {
     const name = args[i].startsWith("--") ? args[i].slice(2) : undefined;
     const next = args[i + 1];
-    if (name && options?.[name]?.type === "string" && next !== undefined && /^-\d|^-\.\d/.test(next)) {
+    if (name && options?.[name]?.type === "string" && next !== undefined && /^-\d|^-\.\d|^-inf/i.test(next)) {
       joined.push(`${args[i]}=${next}`);
       i++;
     } else {
@@ -206,6 +237,7 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
   setStringFlags(values, flags);
   setNumericFlags(values, base, flags);
   setTraceFlags(values, base, flags);
+  setPoolFlags(values, flags);
   refuseBesideRouter(values);
   const config = parseScenario(deepMerge(base, flags.overrides), (path) => flags.nameOf(path));
   await checkTraceFile(
@@ -273,6 +305,9 @@ function setStringFlags(values: Record<string, unknown>, flags: FlagOverrides): 
     ["model", ["instances", "model"]],
     ["preset", ["instances", "engine", "preset"]],
     ["trace", ["workload", "trace", "path"]],
+    ["pd-flow", ["router", "pdFlow"]],
+    ["prefill-policy", ["prefillPolicy", "name"]],
+    ["decode-policy", ["decodePolicy", "name"]],
   ];
   for (const [flag, path] of strings) {
     if (typeof values[flag] === "string") flags.set(`--${flag}`, path, values[flag]);
@@ -287,7 +322,7 @@ function setNumericFlags(values: Record<string, unknown>, base: unknown, flags: 
   for (const [name, flag] of Object.entries(NUMERIC_FLAGS)) {
     const raw = values[name];
     if (typeof raw !== "string") continue;
-    const value = parseNumber(`--${name}`, raw, flag.integer);
+    const value = parseNumber(`--${name}`, raw, flag.integer, flag.infinite);
     flags.set(`--${name}`, flag.path, name === "suffix-tokens" ? withMean(`--${name}`, base, value) : value);
   }
   for (const [name, parameter] of Object.entries(PARAMETER_FLAGS)) {
@@ -317,6 +352,24 @@ function setTraceFlags(values: Record<string, unknown>, base: unknown, flags: Fl
   }
 }
 
+/** `--prefill-instances N --decode-instances M`: a prefill pool and a decode pool, replacing the file's pools. */
+function setPoolFlags(values: Record<string, unknown>, flags: FlagOverrides): void {
+  const given = POOL_FLAGS.filter((flag) => typeof values[flag] === "string");
+  if (given.length === 0) return;
+  if (given.length === 1) {
+    const other = POOL_FLAGS.find((flag) => flag !== given[0]);
+    throw new UsageError(`--${given[0]}: needs --${other} too (a disaggregated fleet has both pools)`);
+  }
+  if (typeof values.instances === "string") {
+    throw new UsageError("--instances: not used with --prefill-instances and --decode-instances (the fleet is their total)");
+  }
+  const [prefill, decode] = POOL_FLAGS.map((flag) => parseNumber(`--${flag}`, String(values[flag]), true));
+  flags.set("--prefill-instances", ["instances", "pools"], [
+    { name: "prefill", role: "prefill", count: prefill },
+    { name: "decode", role: "decode", count: decode },
+  ]);
+}
+
 /** `--router` replaces the built-in policy: `--policy` or a parameter flag beside it is an error. */
 function refuseBesideRouter(values: Record<string, unknown>): void {
   if (typeof values.router !== "string") return;
@@ -341,9 +394,13 @@ export function pluginTimeoutMs(values: Record<string, unknown>): number {
   return value;
 }
 
-function parseNumber(flag: string, raw: string, integer: boolean): number {
+/** A flag's number; with `infinite`, `inf` (or `infinity`, any case) is Infinity. */
+function parseNumber(flag: string, raw: string, integer: boolean, infinite = false): number {
+  if (infinite && /^\s*inf(inity)?\s*$/i.test(raw)) return Infinity;
   const value = raw.trim() === "" ? NaN : Number(raw);
-  if (!Number.isFinite(value)) throw new UsageError(`${flag}: expected a number, got "${raw}"`);
+  if (!Number.isFinite(value)) {
+    throw new UsageError(`${flag}: expected a number${infinite ? " or inf" : ""}, got "${raw}"`);
+  }
   if (integer && !Number.isInteger(value)) throw new UsageError(`${flag}: expected an integer, got ${raw}`);
   return value;
 }

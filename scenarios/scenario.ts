@@ -5,7 +5,12 @@
  * path, the value and what was expected.
  */
 import { z } from "zod";
-import { ENGINE_PRESET_NAMES, ENGINE_PRESETS, type EnginePresetName } from "../actors/engine_presets.ts";
+import {
+  ENGINE_PRESET_NAMES,
+  ENGINE_PRESETS,
+  type EnginePresetName,
+  kvBytesPerToken,
+} from "../actors/engine_presets.ts";
 import {
   parameterList,
   POLICIES,
@@ -17,6 +22,7 @@ import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
 import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import { instanceModel, MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
+import type { EngineConfig, KvTransferConfig, PoolConfig, PoolRole } from "../actors/instance_model.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
@@ -113,6 +119,39 @@ const trace = z.strictObject({
     }
 );
 
+/**
+ * An SLO, ms: any number > 0, no upper bound. `Infinity` (the command line's
+ * `inf`; JSON cannot hold it) is met by every completed request.
+ */
+const sloMs = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
+  error: "expected a number > 0",
+});
+
+/** `slo`: the SLOs of every request its class does not override. */
+const slo = z.strictObject({ ttftMs: sloMs.optional(), tpotMs: sloMs.optional() });
+
+/**
+ * `workload.classes`: 1 to 16 request classes, each with a unique name, a
+ * share of arrivals (normalised), a priority and SLOs overriding `slo`.
+ */
+const requestClasses = z.array(z.strictObject({
+  name: z.string(),
+  share: z.number().gt(0),
+  priority: z.number().int().default(0),
+  sloTtftMs: sloMs.optional(),
+  sloTpotMs: sloMs.optional(),
+})).min(1).max(16).superRefine((classes, ctx) => {
+  classes.forEach((c, i) => {
+    if (c.name === "" || classes.findIndex((other) => other.name === c.name) !== i) {
+      ctx.addIssue({
+        code: "custom",
+        path: [i, "name"],
+        message: "expected a non-empty name no other class has",
+      });
+    }
+  });
+});
+
 /** How an unknown field of a policy is refused (it names the policy's parameters instead of the README). */
 const NOT_A_PARAMETER = "not a parameter of";
 
@@ -154,7 +193,97 @@ const policy = z.preprocess(
       ...ReturnType<typeof policyOption>[],
     ],
   ),
-).transform((p) => p as PolicySpec).prefault({});
+).transform((p) => p as PolicySpec);
+
+/** A policy of a disaggregated fleet's pool (`prefillPolicy`, `decodePolicy`): as `policy`, absent = `policy`. */
+const poolPolicy = policy.optional();
+
+/** A number > 0, or `Infinity` (the command line's `inf`; JSON cannot hold it). */
+const positiveOrInfinite = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
+  error: "expected a number > 0",
+});
+
+/** `instances.engine`: a preset and overrides of its values, resolved into a complete engine. */
+const engine = z.strictObject({
+  preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
+  stepMs: z.number().min(0).optional(),
+  prefillMsPerToken: z.number().min(0).optional(),
+  decodeMsPerSeq: z.number().min(0).optional(),
+  requestOverheadMs: z.number().min(0).optional(),
+  kvBlocks: count(1).optional(),
+  blockTokens: count(1).default(16),
+  maxBatchTokens: count(1).default(2048),
+  maxSeqs: count(1).default(256),
+  prefixCaching: z.boolean().default(true),
+  hostKvBlocks: count(0).default(0),
+  hostKvGbps: positiveOrInfinite.default(512),
+}).prefault({}).transform((e) => {
+  const preset = ENGINE_PRESETS[e.preset];
+  return {
+    preset: e.preset,
+    stepMs: e.stepMs ?? preset.stepMs,
+    prefillMsPerToken: e.prefillMsPerToken ?? preset.prefillMsPerToken,
+    decodeMsPerSeq: e.decodeMsPerSeq ?? preset.decodeMsPerSeq,
+    requestOverheadMs: e.requestOverheadMs ?? preset.requestOverheadMs,
+    kvBlocks: e.kvBlocks ?? preset.kvBlocks,
+    blockTokens: e.blockTokens,
+    maxBatchTokens: e.maxBatchTokens,
+    maxSeqs: e.maxSeqs,
+    prefixCaching: e.prefixCaching,
+    hostKvBlocks: e.hostKvBlocks,
+    hostKvGbps: e.hostKvGbps,
+  };
+});
+
+/**
+ * One of `instances.pools`: a role, a count, and its engine's overrides of
+ * `instances.engine` (merged over it before validation, see
+ * {@linkcode withPoolEngines}).
+ */
+const pool = z.strictObject({
+  name: z.string().min(1).optional(),
+  role: z.enum(["both", "prefill", "decode"]).default("both"),
+  count: count(1).max(10_000),
+  engine,
+});
+
+/**
+ * Each pool's engine is `instances.engine` with the pool's own fields over
+ * it (before validation: a pool naming another preset takes that preset's
+ * values for every field neither sets).
+ */
+function withPoolEngines(value: unknown): unknown {
+  if (!isPlainObject(value) || !Array.isArray(value.pools)) return value;
+  const base = value.engine ?? {};
+  return {
+    ...value,
+    pools: value.pools.map((p) => isPlainObject(p) ? { ...p, engine: deepMerge(base, p.engine ?? {}) } : p),
+  };
+}
+
+/**
+ * Pools resolved: each named (`prefill-0`… by role when unnamed), the fleet's
+ * count their total, and a disaggregated fleet's KV link at its defaults
+ * when unset.
+ */
+function resolveFleet<
+  I extends {
+    count: number;
+    pools?: { name?: string; role: PoolRole; count: number; engine: EngineConfig }[];
+    kvTransfer?: KvTransferConfig;
+  },
+>(instances: I) {
+  const pools = instances.pools;
+  if (pools === undefined) return instances as I & { pools?: PoolConfig[] };
+  const named: PoolConfig[] = pools.map((p, i) => ({ ...p, name: p.name ?? `${p.role}-${i}` }));
+  const disaggregated = named.some((p) => p.role !== "both");
+  return {
+    ...instances,
+    count: named.reduce((total, p) => total + p.count, 0),
+    pools: named,
+    kvTransfer: instances.kvTransfer ?? (disaggregated ? { gbps: 400, latencyMs: 0.02 } : undefined),
+  };
+}
 
 /** The models whose cache counts `unit`, quoted: `"batching"`, or `"a" or "b"`. */
 function modelsCaching(unit: "groups" | "blocks"): string {
@@ -167,14 +296,18 @@ function modelsCaching(unit: "groups" | "blocks"): string {
  */
 export const scenarioSchema = z.strictObject({
   seed: count(0).default(1),
-  policy,
+  policy: policy.prefault({}),
+  prefillPolicy: poolPolicy,
+  decodePolicy: poolPolicy,
   router: z.strictObject({
     cacheView: z.enum(["exact", "approximate"]).default("exact"),
     approxCapacity: count(1).nullable().optional(),
     statusIntervalMs: z.number().min(0).default(0),
     networkDelayMs: z.number().min(0).default(0),
+    pdFlow: z.enum(["prefill-first", "decode-first"]).optional(),
+    pdLocalPrefillTokens: count(0).optional(),
   }).prefault({}),
-  instances: z.strictObject({
+  instances: z.preprocess(withPoolEngines, z.strictObject({
     count: count(1).max(10_000).default(4),
     overheadMs: z.number().min(0).default(30),
     prefillMsPerToken: z.number().min(0).default(0.04),
@@ -183,33 +316,13 @@ export const scenarioSchema = z.strictObject({
     cacheCapacity: count(0).default(16),
     maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
     model: z.enum(MODEL_NAMES).default(MODEL_NAMES[0]),
-    engine: z.strictObject({
-      preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
-      stepMs: z.number().min(0).optional(),
-      prefillMsPerToken: z.number().min(0).optional(),
-      decodeMsPerSeq: z.number().min(0).optional(),
-      requestOverheadMs: z.number().min(0).optional(),
-      kvBlocks: count(1).optional(),
-      blockTokens: count(1).default(16),
-      maxBatchTokens: count(1).default(2048),
-      maxSeqs: count(1).default(256),
-      prefixCaching: z.boolean().default(true),
-    }).prefault({}).transform((e) => {
-      const preset = ENGINE_PRESETS[e.preset];
-      return {
-        preset: e.preset,
-        stepMs: e.stepMs ?? preset.stepMs,
-        prefillMsPerToken: e.prefillMsPerToken ?? preset.prefillMsPerToken,
-        decodeMsPerSeq: e.decodeMsPerSeq ?? preset.decodeMsPerSeq,
-        requestOverheadMs: e.requestOverheadMs ?? preset.requestOverheadMs,
-        kvBlocks: e.kvBlocks ?? preset.kvBlocks,
-        blockTokens: e.blockTokens,
-        maxBatchTokens: e.maxBatchTokens,
-        maxSeqs: e.maxSeqs,
-        prefixCaching: e.prefixCaching,
-      };
-    }),
-  }).prefault({}),
+    engine,
+    pools: z.array(pool).min(1).max(64).optional(),
+    kvTransfer: z.strictObject({
+      gbps: positiveOrInfinite.default(400),
+      latencyMs: z.number().min(0).default(0.02),
+    }).optional(),
+  }).transform(resolveFleet)).prefault({}),
   workload: z.strictObject({
     requests: count(1).max(1e12).default(20_000),
     ratePerSec: z.number().gt(0).default(35),
@@ -227,9 +340,12 @@ export const scenarioSchema = z.strictObject({
       keyTokens: count(1).default(16),
     }).optional(),
     trace: trace.optional(),
+    classes: requestClasses.optional(),
   }).prefault({}),
+  slo: slo.optional(),
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
+  checkPools(s.instances, ctx);
   const trace = s.workload.trace;
   const cachesBlocks = instanceModel(s.instances.model).cacheUnit === "blocks";
   if (trace?.format === "mooncake" && !cachesBlocks) {
@@ -291,6 +407,56 @@ export const scenarioSchema = z.strictObject({
     });
   }
 });
+
+/**
+ * A fleet of pools: batching only; all serving whole requests, or prefill
+ * and decode pools (at least one of each); one block size; and, when
+ * disaggregated, one KV shape (a decode instance takes the prefill
+ * instance's KV as it is).
+ */
+function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$RefinementCtx): void {
+  const pools = instances.pools;
+  if (pools === undefined) return;
+  const at = (i: number, ...rest: string[]) => ["instances", "pools", i, ...rest];
+  if (instances.model !== "batching") {
+    ctx.addIssue({ code: "custom", path: ["instances", "pools"], message: 'used only by instances.model "batching"' });
+    return;
+  }
+  const roles = new Set(pools.map((p) => p.role));
+  if (roles.has("both") && roles.size > 1) {
+    const i = pools.findIndex((p) => p.role !== pools[0].role);
+    ctx.addIssue({
+      code: "custom",
+      path: at(i, "role"),
+      message: `expected "${pools[0].role}" like pool 0 (a fleet serves whole requests, or is split into prefill and decode pools)`,
+    });
+  } else if (!roles.has("both") && roles.size < 2) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "pools"],
+      message: `expected a pool with role "${roles.has("prefill") ? "decode" : "prefill"}" too (a disaggregated fleet needs both)`,
+    });
+  }
+  const blockTokens = instances.engine.blockTokens;
+  const shape = (p: PoolConfig) => kvBytesPerToken(ENGINE_PRESETS[p.engine.preset].shape);
+  pools.forEach((p, i) => {
+    if (p.engine.blockTokens !== blockTokens) {
+      ctx.addIssue({
+        code: "custom",
+        path: at(i, "engine", "blockTokens"),
+        message: `expected ${blockTokens}, instances.engine.blockTokens (every pool shares one block size)`,
+      });
+    }
+    if (roles.size > 1 && shape(p) !== shape(pools[0])) {
+      ctx.addIssue({
+        code: "custom",
+        path: at(i, "engine", "preset"),
+        message: `expected a model with pool 0's KV shape (${shape(pools[0])} bytes/token, ${pools[0].engine.preset}): ` +
+          `a decode instance uses the prefill instance's KV as it is`,
+      });
+    }
+  });
+}
 
 /**
  * The lowest arrival rate at which `requests` arrive, on average, within half
@@ -366,6 +532,8 @@ function unusedSetting(
       }; the ${config.instances.model} model's cache is instances.engine.kvBlocks`,
     };
   }
+  const pd = disaggregationSetting(input, config);
+  if (pd) return pd;
   if (config.workload.trace) {
     for (const field of ["requests", "ratePerSec", "prefix", "suffixTokens", "outputTokens", "sessions"]) {
       if (given(["workload", field])) {
@@ -377,6 +545,37 @@ function unusedSetting(
         };
       }
     }
+  }
+  return undefined;
+}
+
+/** Settings of pools and disaggregated serving this run would ignore. */
+function disaggregationSetting(
+  input: unknown,
+  config: SimulationConfig,
+): { path: string[]; reason: string } | undefined {
+  const given = (path: string[]) => valueAt(input, path) !== undefined;
+  if (config.instances.pools !== undefined && given(["instances", "count"])) {
+    return {
+      path: ["instances", "count"],
+      reason: "not used with instances.pools (the fleet is their counts' total)",
+    };
+  }
+  const disaggregated = config.instances.pools?.some((p) => p.role !== "both") ?? false;
+  const paths = [["instances", "kvTransfer"], ["prefillPolicy"], ["decodePolicy"], ["router", "pdFlow"], [
+    "router",
+    "pdLocalPrefillTokens",
+  ]];
+  for (const path of disaggregated ? [] : paths) {
+    if (given(path)) {
+      return {
+        path,
+        reason: "used only by a disaggregated fleet (instances.pools with prefill and decode roles)",
+      };
+    }
+  }
+  if (given(["router", "pdLocalPrefillTokens"]) && config.router.pdFlow !== "decode-first") {
+    return { path: ["router", "pdLocalPrefillTokens"], reason: 'used only with router.pdFlow "decode-first"' };
   }
   return undefined;
 }

@@ -1,28 +1,40 @@
 /**
  * @module
  * Choice among equals, shared by several policies: the least-loaded instance
- * (load = waiting + running), ties broken uniformly at random so that no
- * instance, instance 0 least of all, collects every tie.
+ * (load = (waiting + running) ÷ capacity, so a mixed fleet is balanced by
+ * work), ties broken uniformly at random so that no instance, instance 0 least
+ * of all, collects every tie.
  */
 import type { Request } from "../protocol.ts";
 import type { RandomStream } from "./policy.ts";
+import { effectiveMatch } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 import type { RouterView } from "./policy.ts";
 
-/** Least-loaded instance overall; ties at random. */
+/**
+ * Least-loaded instance overall, load = (waiting + running) ÷ capacity; ties
+ * at random. A uniform fleet's capacities are all 1 and x ÷ 1 is x, so there
+ * this is the fewest requests, with the same draws.
+ */
 export function leastLoaded(view: RouterView, random: RandomStream): number {
-  const { waiting, running } = view;
-  return pickBy(view.instanceCount, (i) => -(waiting[i] + running[i]), random);
+  const { waiting, running, capacity } = view;
+  return pickBy(view.instanceCount, (i) => -(waiting[i] + running[i]) / capacity[i], random);
 }
 
 /**
- * Least-loaded instance among those with the longest cached prefix match
- * (`view.matchedBlocks`), ties at random; -1 when no instance matches a
- * block. A match every instance has (the longest equals the shortest) tells
- * instances apart no more than none: all of them tie, so this is the
- * least-loaded instance overall. Under the FIFO model's group-level view (all
- * of a request's keyed blocks where the group is held, else 0) the longest
- * matches are the group's holders: this is the old group rule's "least loaded
+ * Least-loaded instance (load ÷ capacity, as {@linkcode leastLoaded}) among
+ * those with the longest cached prefix match, ties at random; -1 when no
+ * instance matches a block. The match is `view.matchedBlocks` plus
+ * `hostCredit` × the blocks only the instance's host tier holds
+ * ({@linkcode effectiveMatch}); a fractional match compares as the number it
+ * is, so at a credit below 1 a GPU match beats an equally long match partly in
+ * host memory, and two matches tie only when their credited lengths are equal
+ * (without a host tier every match is a whole number of blocks, as before). A
+ * match every instance has (the longest equals the shortest) tells instances
+ * apart no more than none: all of them tie, so this is the least-loaded
+ * instance overall. Under the FIFO model's group-level view (all of a
+ * request's keyed blocks where the group is held, else 0) the longest matches
+ * are the group's holders: this is the old group rule's "least loaded
  * holder", with the same random draws.
  *
  * One pass: a longer match restarts the choice, so the result is uniform
@@ -32,13 +44,18 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
  * random stream is not {@linkcode pickBy}'s over the longest; where every
  * match is equal (the group view) it is exactly pickBy's.
  */
-export function leastLoadedLongestMatch(view: RouterView, request: Request, random: RandomStream): number {
-  const { waiting, running } = view;
+export function leastLoadedLongestMatch(
+  view: RouterView,
+  request: Request,
+  random: RandomStream,
+  hostCredit: number,
+): number {
+  const { waiting, running, capacity } = view;
   let best = -1, longest = 0, bestLoad = Infinity, ties = 0;
   for (let i = 0; i < view.instanceCount; i++) {
-    const matched = view.matchedBlocks(i, request);
+    const matched = effectiveMatch(view, i, request, hostCredit);
     if (matched === 0 || matched < longest) continue;
-    const load = waiting[i] + running[i];
+    const load = (waiting[i] + running[i]) / capacity[i];
     if (matched > longest || load < bestLoad) {
       best = i;
       longest = matched;

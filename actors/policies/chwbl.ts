@@ -1,14 +1,14 @@
 /**
  * @module
  * Consistent hashing with bounded loads (KubeAI's CHWBL): the prefix picks a
- * point on a hash ring; the first instance clockwise whose load is within the
- * bound takes the request.
+ * point on a hash ring; the first instance clockwise whose load is within its
+ * bound (proportional to its capacity) takes the request.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
 /** Parameters of {@linkcode chwbl}, with KubeAI's defaults. */
 export interface ChwblOptions {
-  /** An instance may take the request while in-flight <= loadFactor × (total + 1) / N. @default 1.25 */
+  /** An instance may take the request while in-flight <= capacity × loadFactor × (total + 1) / Σ capacity. @default 1.25 */
   readonly loadFactor?: number;
   /** Ring points per instance. @default 256 */
   readonly ringPoints?: number;
@@ -26,8 +26,22 @@ export function fnv1a(text: string): number {
 
 /**
  * Key = the request's prefix group (a unique request hashes its id). Walk
- * clockwise from the key's point to the first instance with in-flight ≤
- * `loadFactor` × (total in-flight + 1) / N.
+ * clockwise from the key's point to the first instance i with
+ * in-flight_i ÷ capacity_i ≤ `loadFactor` × (total in-flight + 1) / Σ capacity.
+ *
+ * The bound, generalised to a mixed fleet: CHWBL caps each instance at
+ * (1 + ε) × the average load, the average being what a perfectly even
+ * spread gives each one. Spread evenly by work, instance i holds the share
+ * capacity_i / Σ capacity of the (total + 1) requests, so its cap is
+ * capacity_i × (1 + ε) × (total + 1) / Σ capacity, i.e. per-capacity load ≤
+ * (1 + ε) × the average per-capacity load. The caps still sum to (1 + ε) ×
+ * (total + 1) > total, so some instance is always within its bound (the
+ * capacity-weighted mean of in-flight ÷ capacity is total / Σ capacity, and
+ * one instance is at or below a mean). With every capacity 1, Σ capacity is
+ * exactly N and in-flight ÷ 1 is in-flight: KubeAI's rule, bit for bit. The
+ * ring itself is not weighted (each instance keeps `ringPoints` points): a
+ * slower instance is the first choice of as many keys, and the bound sends
+ * its excess onward.
  */
 export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
   const loadFactor = options.loadFactor ?? 1.25, ringPoints = options.ringPoints ?? 256;
@@ -43,9 +57,13 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
     choose(request, view) {
       const n = view.instanceCount;
       if (ring === undefined || ring.owner.length !== n * ringPoints) ring = build(n);
-      let total = 0;
-      for (let i = 0; i < n; i++) total += view.inFlight[i];
-      const bound = (loadFactor * (total + 1)) / n;
+      const { inFlight, capacity } = view;
+      let total = 0, capacitySum = 0;
+      for (let i = 0; i < n; i++) {
+        total += inFlight[i];
+        capacitySum += capacity[i];
+      }
+      const bound = (loadFactor * (total + 1)) / capacitySum;
       const key = fnv1a(request.prefixGroup >= 0 ? `g${request.prefixGroup}` : `r${request.id}`);
       // First ring point at or after the key (binary search), then clockwise.
       let lo = 0, hi = ring.hash.length;
@@ -56,7 +74,7 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
       }
       for (let step = 0; step < ring.hash.length; step++) {
         const owner = ring.owner[(lo + step) % ring.hash.length];
-        if (view.inFlight[owner] <= bound) return owner;
+        if (inFlight[owner] / capacity[owner] <= bound) return owner;
       }
       return ring.owner[lo % ring.hash.length]; // unreachable: someone is always at or below the mean
     },
@@ -67,10 +85,11 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
 export const descriptor = {
   name: "chwbl",
   summary:
-    "KubeAI's consistent hashing with bounded loads: the prefix's point on a ring, first instance clockwise within the load bound.",
+    "KubeAI's consistent hashing with bounded loads: the prefix's point on a ring, first instance clockwise within its load bound (its capacity's share).",
   params: {
     loadFactor: {
-      doc: "an instance may take the request while in-flight <= loadFactor × (total + 1) / N",
+      doc:
+        "an instance may take the request while in-flight / capacity <= loadFactor × (total + 1) / Σ capacity",
       default: 1.25,
       min: 1,
     },

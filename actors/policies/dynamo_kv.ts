@@ -5,20 +5,26 @@
  * a softmax sample.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Parameters of {@linkcode dynamoKv}, with Dynamo's default. */
 export interface DynamoKvOptions {
   /** 0: lowest cost wins (random among equals). > 0: sample with probability ∝ exp(−cost/max cost / T). @default 0 */
   readonly temperature?: number;
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
 }
 
 /**
- * cost = (the instance's pending prefill blocks + this prompt's blocks −
- * its cached overlap) + the instance's decode blocks.
+ * cost = ((the instance's pending prefill blocks + this prompt's blocks −
+ * its cached overlap) + the instance's decode blocks) ÷ its capacity: blocks
+ * of work, in the time the fastest instance would take (a uniform fleet
+ * divides by 1, Dynamo's cost exactly). The overlap counts host-tier blocks
+ * at `hostCredit` (Dynamo weighs host hits separately too).
  */
 export function dynamoKv(options: DynamoKvOptions = {}): RoutingPolicy {
-  const temperature = options.temperature ?? 0;
+  const temperature = options.temperature ?? 0, hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   if (!(temperature >= 0)) {
     throw new RangeError(`dynamo_kv: temperature must be a number >= 0, got ${temperature}`);
   }
@@ -28,8 +34,8 @@ export function dynamoKv(options: DynamoKvOptions = {}): RoutingPolicy {
       const B = view.blockTokens;
       const promptBlocks = Math.ceil((request.prefixTokens + request.suffixTokens) / B);
       const cost = (i: number) =>
-        view.pendingPrefillTokens[i] / B + promptBlocks - view.matchedBlocks(i, request) +
-        view.decodeBlocks[i];
+        (view.pendingPrefillTokens[i] / B + promptBlocks - effectiveMatch(view, i, request, hostCredit) +
+          view.decodeBlocks[i]) / view.capacity[i];
       if (temperature === 0) return pickBy(view.instanceCount, (i) => -cost(i), random);
       const costs = Array.from({ length: view.instanceCount }, (_, i) => cost(i));
       const max = Math.max(...costs);
@@ -52,6 +58,7 @@ export const descriptor = {
       default: 0,
       min: 0,
     },
+    hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: true },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => dynamoKv(params),

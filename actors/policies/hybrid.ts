@@ -3,6 +3,7 @@
  * Hybrid: follow the longest cached prefix only while that instance's queue
  * is short; otherwise balance load.
  */
+import { HOST_CREDIT } from "./_host_credit.ts";
 import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
@@ -14,19 +15,27 @@ export interface HybridOptions {
    * waiting behind the one in service; batching, those still owed their first
    * token (waiting for admission or in prefill). 1 means "nothing queued";
    * 0 never uses the cache.
+   *
+   * Counted in requests, not divided by capacity: the gate weighs the queue
+   * in front of a cache hit against the hit, and on a slower instance both
+   * the wait behind each queued request and the prefill the hit saves take
+   * longer by the same factor, so capacity cancels out. (At 1 it could not
+   * matter anyway: fewer than 1 queued is nothing queued at any capacity.)
    * @default 1
    */
   readonly threshold?: number;
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
 }
 
-/** Prefix-aware behind a queue-depth gate. */
+/** Prefix-aware behind a queue-depth gate; its least-loaded choices are per capacity. */
 export function hybrid(options: HybridOptions = {}): RoutingPolicy {
-  const threshold = options.threshold ?? 1;
+  const threshold = options.threshold ?? 1, hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   if (!(threshold >= 0)) throw new RangeError(`hybrid: threshold must be a number >= 0, got ${threshold}`);
   return {
     name: "hybrid",
     choose(request, view, random) {
-      const cached = leastLoadedLongestMatch(view, request, random);
+      const cached = leastLoadedLongestMatch(view, request, random, hostCredit);
       return cached >= 0 && view.queued[cached] < threshold ? cached : leastLoaded(view, random);
     },
   };
@@ -46,6 +55,7 @@ export const descriptor = {
       short: "thr",
       alwaysLabelled: true,
     },
+    hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: false },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => hybrid(params),

@@ -1,12 +1,12 @@
 /**
  * @module
- * Least load: the instance with the shortest queue (waiting + running), ties
- * broken at random.
+ * Least load: the instance with the shortest queue (waiting + running) for
+ * its capacity, ties broken at random.
  */
 import { leastLoaded } from "./_least_loaded.ts";
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
-/** Picks the instance with the fewest requests waiting or running. */
+/** Picks the instance with the fewest requests waiting or running per unit of capacity (uniform fleet: the fewest). */
 export function leastLoad(): RoutingPolicy {
   return { name: "least_load", choose: (_request, view, random) => leastLoaded(view, random) };
 }
@@ -14,7 +14,8 @@ export function leastLoad(): RoutingPolicy {
 /** {@linkcode leastLoad}, described for the registry (actors/policies/mod.ts). */
 export const descriptor = {
   name: "least_load",
-  summary: "The instance with the fewest requests waiting or running; ties at random (the original study).",
+  summary:
+    "The instance with the fewest requests waiting or running per unit of capacity; ties at random (the original study).",
   params: {},
   reads: { blocks: false, load: false },
   create: (): RoutingPolicy => leastLoad(),

@@ -4,6 +4,7 @@
  * max-score picker with random tie-break.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Scorer weights of {@linkcode llmdWeighted}, with llm-d's defaults. */
@@ -14,25 +15,36 @@ export interface LlmdWeightedOptions {
   readonly queueWeight?: number;
   /** Weight of the KV score (1 − KV utilisation). @default 2 */
   readonly kvWeight?: number;
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
 }
 
-/** Score = prefix·wP + queue·wQ + kv·wK; the highest score wins, ties at random. */
+/**
+ * Score = prefix·wP + queue·wQ + kv·wK; the highest score wins, ties at
+ * random. The queue is waiting ÷ capacity (a queue drains at its instance's
+ * speed); KV utilisation is a share of the instance's own blocks, already
+ * relative, so it is not divided. The prefix score counts host-tier blocks at
+ * `hostCredit`, as llm-d's precise scorer weighs its CPU tier.
+ */
 export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
   const wP = options.prefixWeight ?? 3, wQ = options.queueWeight ?? 2, wK = options.kvWeight ?? 2;
+  const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "llmd_weighted",
     choose(request, view, random) {
-      const q = view.waiting;
+      const { waiting, capacity } = view;
+      const q = (i: number) => waiting[i] / capacity[i];
       let qMax = -Infinity, qMin = Infinity;
       for (let i = 0; i < view.instanceCount; i++) {
-        if (q[i] > qMax) qMax = q[i];
-        if (q[i] < qMin) qMin = q[i];
+        const qi = q(i);
+        if (qi > qMax) qMax = qi;
+        if (qi < qMin) qMin = qi;
       }
       // Blocks in the request: the whole prompt, keyed or not (llm-d hashes every block).
       const blocks = Math.ceil((request.prefixTokens + request.suffixTokens) / view.blockTokens);
       return pickBy(view.instanceCount, (i) => {
-        const prefix = blocks > 0 ? view.matchedBlocks(i, request) / blocks : 0;
-        const queue = qMax === qMin ? 1 : (qMax - q[i]) / (qMax - qMin);
+        const prefix = blocks > 0 ? effectiveMatch(view, i, request, hostCredit) / blocks : 0;
+        const queue = qMax === qMin ? 1 : (qMax - q(i)) / (qMax - qMin);
         const kv = 1 - view.kvUtilization[i];
         return wP * prefix + wQ * queue + wK * kv;
       }, random);
@@ -46,8 +58,13 @@ export const descriptor = {
   summary: "llm-d scheduler: weighted prefix, queue and KV-utilisation scores, max score wins.",
   params: {
     prefixWeight: { doc: "weight of the prefix score (matched / all prompt blocks)", default: 3, min: 0 },
-    queueWeight: { doc: "weight of the queue score ((q_max − q) / (q_max − q_min))", default: 2, min: 0 },
+    queueWeight: {
+      doc: "weight of the queue score ((q_max − q) / (q_max − q_min), q = waiting / capacity)",
+      default: 2,
+      min: 0,
+    },
     kvWeight: { doc: "weight of the KV score (1 − KV utilisation)", default: 2, min: 0 },
+    hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: true },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => llmdWeighted(params),

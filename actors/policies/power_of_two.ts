@@ -1,7 +1,7 @@
 /**
  * @module
  * SGLang's `power_of_two`: two distinct instances at random, the less loaded
- * of them (the router's in-flight count).
+ * of them (the router's in-flight count ÷ the instance's capacity).
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
@@ -15,7 +15,7 @@ export function powerOfTwo(): RoutingPolicy {
       const a = Math.floor(random() * n);
       let b = Math.floor(random() * (n - 1));
       if (b >= a) b++;
-      const la = view.inFlight[a], lb = view.inFlight[b];
+      const la = view.inFlight[a] / view.capacity[a], lb = view.inFlight[b] / view.capacity[b];
       return la < lb ? a : lb < la ? b : random() < 0.5 ? a : b;
     },
   };
@@ -24,7 +24,8 @@ export function powerOfTwo(): RoutingPolicy {
 /** {@linkcode powerOfTwo}, described for the registry (actors/policies/mod.ts). */
 export const descriptor = {
   name: "power_of_two",
-  summary: "SGLang's power_of_two: two distinct random instances, the one with fewer in flight.",
+  summary:
+    "SGLang's power_of_two: two distinct random instances, the one with fewer in flight per unit of capacity.",
   params: {},
   reads: { blocks: false, load: false },
   create: (): RoutingPolicy => powerOfTwo(),

@@ -5,29 +5,41 @@
  * load.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
+/** Options for {@linkcode prebleE2}. */
+export interface PrebleE2Options {
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
+}
+
 /**
- * Let m = the longest match over instances (tokens). If the request's
- * uncached tokens (prompt − m) < m → exploit: among instances with that match,
- * the lowest load cost. Else explore: the lowest load cost overall. Load cost
- * = prefill tokens pending + decode KV tokens in flight (last reports).
+ * Let m = the longest match over instances (tokens; host-tier blocks at
+ * `hostCredit`). If the request's uncached tokens (prompt − m) < m → exploit:
+ * among instances with that match (exactly: a fractional match ties only an
+ * equal one), the lowest load cost. Else explore: the lowest load cost
+ * overall. Load cost = (prefill tokens pending + decode KV tokens in flight,
+ * last reports) ÷ the instance's capacity: work, in the fastest instance's
+ * time (a uniform fleet divides by 1).
  */
-export function prebleE2(): RoutingPolicy {
+export function prebleE2(options: PrebleE2Options = {}): RoutingPolicy {
+  const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "preble_e2",
     choose(request, view, random) {
       const B = view.blockTokens;
-      const cost = (i: number) => view.pendingPrefillTokens[i] + view.decodeBlocks[i] * B;
+      const cost = (i: number) =>
+        (view.pendingPrefillTokens[i] + view.decodeBlocks[i] * B) / view.capacity[i];
       let longest = 0;
       for (let i = 0; i < view.instanceCount; i++) {
-        longest = Math.max(longest, view.matchedBlocks(i, request));
+        longest = Math.max(longest, effectiveMatch(view, i, request, hostCredit));
       }
       const matched = longest * B, total = request.prefixTokens + request.suffixTokens;
       if (longest > 0 && total - matched < matched) {
         return pickBy(
           view.instanceCount,
-          (i) => view.matchedBlocks(i, request) === longest ? -cost(i) : NaN,
+          (i) => effectiveMatch(view, i, request, hostCredit) === longest ? -cost(i) : NaN,
           random,
         );
       }
@@ -41,7 +53,7 @@ export const descriptor = {
   name: "preble_e2",
   summary:
     "Preble's E2: exploit a cached prefix when the new tokens are fewer than the matched ones, else explore for the lightest load.",
-  params: {},
+  params: { hostCredit: HOST_CREDIT },
   reads: { blocks: true, load: true },
-  create: (): RoutingPolicy => prebleE2(),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => prebleE2(params),
 } as const satisfies PolicyDescriptor<"preble_e2">;

@@ -5,6 +5,7 @@
  * it covers enough of the request.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
 /** Parameters of {@linkcode sglangCacheAware}, with SGLang's shipped defaults. */
@@ -15,32 +16,50 @@ export interface SglangCacheAwareOptions {
   readonly balanceRel?: number;
   /** Matched/total prompt share above which the best match wins. @default 0.3 */
   readonly cacheThreshold?: number;
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
 }
 
 /**
  * If `max − min > balanceAbs` and `max > balanceRel × min` (load = the
- * router's in-flight count) → the least-loaded instance. Otherwise the
- * instance with the longest prefix match, if matched/total >
- * `cacheThreshold`; else the least-loaded. Ties at random.
+ * router's in-flight count ÷ the instance's capacity) → the least-loaded
+ * instance. Otherwise the instance with the longest prefix match (host-tier
+ * blocks at `hostCredit`), if matched/total > `cacheThreshold`; else the
+ * least-loaded. Ties at random.
+ *
+ * Both balance gates compare loads per capacity. On a mixed fleet, raw
+ * counts would call the balanced state skewed (a twice-as-fast instance
+ * holds twice the requests) and "balance" toward the slow instance. So
+ * `balanceRel` is a ratio of per-capacity loads, and `balanceAbs` a gap in
+ * requests as the fastest instance counts them (a gap of 64 on a
+ * half-capacity instance is 32 of its own requests). A uniform fleet divides
+ * by 1: SGLang's rule exactly.
  */
 export function sglangCacheAware(options: SglangCacheAwareOptions = {}): RoutingPolicy {
   const balanceAbs = options.balanceAbs ?? 64, balanceRel = options.balanceRel ?? 1.5;
-  const cacheThreshold = options.cacheThreshold ?? 0.3;
+  const cacheThreshold = options.cacheThreshold ?? 0.3,
+    hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "sglang_cache_aware",
     choose(request, view, random) {
-      const load = view.inFlight;
+      const { inFlight, capacity } = view;
+      const load = (i: number) => inFlight[i] / capacity[i];
       let max = -Infinity, min = Infinity;
       for (let i = 0; i < view.instanceCount; i++) {
-        if (load[i] > max) max = load[i];
-        if (load[i] < min) min = load[i];
+        const l = load(i);
+        if (l > max) max = l;
+        if (l < min) min = l;
       }
-      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load[i], random);
+      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load(i), random);
       if (max - min > balanceAbs && max > balanceRel * min) return leastLoaded();
       const total = request.prefixTokens + request.suffixTokens;
       // Longest match; among equal matches the less loaded (SGLang walks its tree to the deepest node).
-      const best = pickBy(view.instanceCount, (i) => view.matchedBlocks(i, request) * 1e9 - load[i], random);
-      const matchedTokens = view.matchedBlocks(best, request) * view.blockTokens;
+      const best = pickBy(
+        view.instanceCount,
+        (i) => effectiveMatch(view, i, request, hostCredit) * 1e9 - load(i),
+        random,
+      );
+      const matchedTokens = effectiveMatch(view, best, request, hostCredit) * view.blockTokens;
       return total > 0 && matchedTokens / total > cacheThreshold ? best : leastLoaded();
     },
   };
@@ -53,12 +72,12 @@ export const descriptor = {
     "SGLang router's cache_aware: balance when load is skewed, else the longest prefix match if it covers enough of the prompt.",
   params: {
     balanceAbs: {
-      doc: "absolute in-flight gap that, with balanceRel, triggers balancing",
+      doc: "absolute gap in in-flight / capacity that, with balanceRel, triggers balancing",
       default: 64,
       min: 0,
     },
     balanceRel: {
-      doc: "relative in-flight ratio that, with balanceAbs, triggers balancing",
+      doc: "ratio of in-flight / capacity that, with balanceAbs, triggers balancing",
       default: 1.5,
       min: 1,
     },
@@ -68,6 +87,7 @@ export const descriptor = {
       min: 0,
       max: 1,
     },
+    hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: false },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => sglangCacheAware(params),

@@ -4,14 +4,26 @@
  * with the longest prefix match; random when nothing matches. No load term.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
-/** Longest match, ties (and no match) uniformly at random. */
-export function vllmPrefix(): RoutingPolicy {
+/** Options for {@linkcode vllmPrefix}. */
+export interface VllmPrefixOptions {
+  /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
+  readonly hostCredit?: number;
+}
+
+/**
+ * Longest match (host-tier blocks at `hostCredit`; a fractional match ties
+ * only an equal one), ties (and no match) uniformly at random. No load term,
+ * so capacity plays no part.
+ */
+export function vllmPrefix(options: VllmPrefixOptions = {}): RoutingPolicy {
+  const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "vllm_prefix",
     choose: (request, view, random) =>
-      pickBy(view.instanceCount, (i) => view.matchedBlocks(i, request), random),
+      pickBy(view.instanceCount, (i) => effectiveMatch(view, i, request, hostCredit), random),
   };
 }
 
@@ -20,7 +32,7 @@ export const descriptor = {
   name: "vllm_prefix",
   summary:
     "vLLM production-stack's prefixaware router: random among the longest matches; random when nothing matches.",
-  params: {},
+  params: { hostCredit: HOST_CREDIT },
   reads: { blocks: true, load: false },
-  create: (): RoutingPolicy => vllmPrefix(),
+  create: (params: Readonly<Record<string, number>>): RoutingPolicy => vllmPrefix(params),
 } as const satisfies PolicyDescriptor<"vllm_prefix">;

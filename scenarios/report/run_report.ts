@@ -30,6 +30,83 @@ export function formatMetric(value: number | null, digits: number, unit = ""): s
   return value === null ? "n/a" : `${value.toFixed(digits)}${unit}`;
 }
 
+/** Whether `config` sets any SLO, in `slo` or a class. */
+function sloSet(config: SimulationConfig): boolean {
+  const set = (ttftMs?: number, tpotMs?: number) => ttftMs !== undefined || tpotMs !== undefined;
+  return set(config.slo?.ttftMs, config.slo?.tpotMs) ||
+    (config.workload.classes ?? []).some((c) => set(c.sloTtftMs, c.sloTpotMs));
+}
+
+/** `TTFT ≤ 500 ms, TPOT ≤ 50 ms` (the fields set; `inf` for Infinity), or undefined when neither is. */
+function describeSlo(ttftMs: number | undefined, tpotMs: number | undefined): string | undefined {
+  const bound = (name: string, ms: number | undefined) =>
+    ms === undefined ? [] : [`${name} ≤ ${ms === Infinity ? "inf" : ms} ms`];
+  const parts = [...bound("TTFT", ttftMs), ...bound("TPOT", tpotMs)];
+  return parts.length === 0 ? undefined : parts.join(", ");
+}
+
+/**
+ * The report's SLO lines: the SLOs and the attainment when any is set, and
+ * one entry per request class (`name: X%`, with the SLOs it overrides).
+ */
+function sloLines(report: RunReport, percent: (v: number | null) => string): string[] {
+  const c = report.scenario, lines: string[] = [];
+  if (sloSet(c)) {
+    const slo = describeSlo(c.slo?.ttftMs, c.slo?.tpotMs);
+    lines.push(`  SLO           ${slo ?? "set per class"} · SLO attainment ${percent(report.sloAttainment)}`);
+  }
+  const attainment = report.classAttainment, classes = c.workload.classes;
+  if (attainment !== null && classes !== undefined) {
+    const entries = classes.map((k) => {
+      const own = describeSlo(k.sloTtftMs, k.sloTpotMs);
+      return `${k.name}: ${percent(attainment[k.name] ?? null)}${own === undefined ? "" : ` (${own})`}`;
+    });
+    lines.push(`  classes       ${entries.join(" · ")}`);
+  }
+  return lines;
+}
+
+/** The `model:` lines: the model and its settings, one line per pool when the fleet has pools. */
+function describeFleet(c: SimulationConfig): string[] {
+  const model = instanceModel(c.instances.model), pools = c.instances.pools;
+  if (pools === undefined) return [`model: ${model.describe(c.instances)}`];
+  return pools.map((p) =>
+    `${p.name === p.role ? p.role : `${p.role === "both" ? "pool" : p.role} ${p.name}`} ×${p.count}: ${
+      model.describe({ ...c.instances, engine: p.engine })
+    }${
+      (p.engine.hostKvBlocks ?? 0) > 0
+        ? ` + host tier ${p.engine.hostKvBlocks} blocks at ${p.engine.hostKvGbps} Gb/s`
+        : ""
+    }`
+  );
+}
+
+/** ` · prefill P · decode D` when a disaggregated fleet's pools have policies of their own. */
+function poolPolicies(c: SimulationConfig): string {
+  return (c.prefillPolicy ? ` · prefill ${policyLabel(c.prefillPolicy)}` : "") +
+    (c.decodePolicy ? ` · decode ${policyLabel(c.decodePolicy)}` : "");
+}
+
+/** Whether any instance has a host-memory KV tier. */
+function hostTier(c: SimulationConfig): boolean {
+  const engines = c.instances.pools?.map((p) => p.engine) ?? [c.instances.engine];
+  return instanceModel(c.instances.model).cacheUnit === "blocks" &&
+    engines.some((e) => (e.hostKvBlocks ?? 0) > 0);
+}
+
+/** The KV-transfer line of a disaggregated run: the flow, the link, and the transfers' times. */
+function transferLines(report: RunReport): string[] {
+  const c = report.scenario, link = c.instances.kvTransfer;
+  if (link === undefined) return [];
+  const ms = (v: number | null) => formatMetric(v, 2, " ms");
+  const gbps = link.gbps === Infinity ? "unlimited" : `${link.gbps} Gb/s`;
+  return [
+    `  KV transfer   mean ${ms(report.kvTransferMeanMs)} (link wait ${ms(report.kvQueueMeanMs)}) · p99 ${
+      ms(report.kvTransferP99Ms)
+    } · ${c.router.pdFlow ?? "prefill-first"} · link ${gbps} + ${link.latencyMs} ms`,
+  ];
+}
+
 /** The human-readable table of one run; a metric the run cannot define (null) reads `n/a`. */
 export function formatReport(report: RunReport): string {
   const c = report.scenario, w = c.workload, p = w.prefix;
@@ -40,7 +117,7 @@ export function formatReport(report: RunReport): string {
     ? `${w.suffixTokens.value}`
     : `${w.suffixTokens.dist}(mean ${meanOf(w.suffixTokens)})`;
   const instances = instanceModel(c.instances.model);
-  const model = instances.describe(c.instances);
+  const model = describeFleet(c);
   const workload = w.trace?.generate !== undefined
     ? `generated trace (${w.trace.generate.requests} requests at ${
       Number(w.trace.generate.ratePerSec.toPrecision(4))
@@ -50,8 +127,8 @@ export function formatReport(report: RunReport): string {
     : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
       `prefix ${p.tokens} + suffix ${suffix} tokens`;
   const lines = [
-    `policy ${runPolicyLabel(report)} · ${c.instances.count} instances · seed ${c.seed}`,
-    `model: ${model}`,
+    `policy ${runPolicyLabel(report)}${poolPolicies(c)} · ${c.instances.count} instances · seed ${c.seed}`,
+    ...model,
     `workload: ${workload}`,
     "",
     `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
@@ -77,7 +154,10 @@ export function formatReport(report: RunReport): string {
     );
   }
   lines.push(
-    `  hit rate      ${f3(report.hitRate)} of requests, ${f3(report.tokenHitRate)} of prompt tokens`,
+    `  hit rate      ${f3(report.hitRate)} of requests, ${f3(report.tokenHitRate)} of prompt tokens${
+      hostTier(c) ? ` (GPU ${f3(report.gpuTokenHitRate)}, host ${f3(report.hostTokenHitRate)})` : ""
+    }`,
+    ...transferLines(report),
     `  routing       available ${f3(report.availableTokenHitRate)} · expected ${
       f3(report.expectedTokenHitRate)
     } of prompt tokens · regret ${f3(report.routingRegret)} · view false positives ${
@@ -88,7 +168,8 @@ export function formatReport(report: RunReport): string {
     }`,
     `  throughput    ${report.throughputRps.toFixed(2)} req/s over ${
       (report.simulatedMs / 1000).toFixed(1)
-    } s simulated · goodput ${report.goodputRps.toFixed(2)} req/s (no SLO set)`,
+    } s simulated · goodput ${report.goodputRps.toFixed(2)} req/s${sloSet(c) ? "" : " (no SLO set)"}`,
+    ...sloLines(report, percent),
     `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
       (report.requests / report.wallMs * 1000).toFixed(0)
     } requests/s)`,

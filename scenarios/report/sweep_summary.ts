@@ -43,11 +43,17 @@ export const METRICS = [
   "messages",
 ] as const satisfies readonly (keyof RunResult)[];
 
+/**
+ * Metrics a sweep's CSV has, after `goodputRps`, only when one of its runs
+ * sets an SLO (`slo`, or a class's): a sweep without SLOs keeps its columns.
+ */
+export const SLO_METRICS = ["sloAttainment"] as const satisfies readonly (keyof RunResult)[];
+
 /** Metrics that also get a 95% confidence half-width column (`<metric>Ci95`). */
 export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
 
 /** One metric's name. */
-export type Metric = typeof METRICS[number];
+export type Metric = typeof METRICS[number] | typeof SLO_METRICS[number];
 
 /**
  * One row of the summary: a point, a policy variant, and its seed means. A
@@ -90,7 +96,9 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
         threshold: variantParameter(variant, "threshold"),
         label: variant.label,
         seeds: group.length,
-        mean: Object.fromEntries(METRICS.map((m) => [m, meanOrNull(of(m))])) as SummaryRow["mean"],
+        mean: Object.fromEntries(
+          [...METRICS, ...SLO_METRICS].map((m) => [m, meanOrNull(of(m))]),
+        ) as SummaryRow["mean"],
         ci95: Object.fromEntries(
           CI_METRICS.map((m) => [m, ci95HalfWidthOrNull(of(m))]),
         ) as SummaryRow["ci95"],
@@ -116,6 +124,17 @@ export function formatNumber(value: number | null): string {
   return Number.isInteger(value) ? String(value) : String(Number(value.toPrecision(7)));
 }
 
+/** The metric columns of a sweep's CSV: {@linkcode METRICS}, with {@linkcode SLO_METRICS} when a run sets an SLO. */
+function csvMetrics(sweep: Sweep): Metric[] {
+  const setsSlo = sweep.runs.some(({ config }) =>
+    config.slo?.ttftMs !== undefined || config.slo?.tpotMs !== undefined ||
+    (config.workload.classes ?? []).some((c) => c.sloTtftMs !== undefined || c.sloTpotMs !== undefined)
+  );
+  if (!setsSlo) return [...METRICS];
+  const at = METRICS.indexOf("goodputRps") + 1;
+  return [...METRICS.slice(0, at), ...SLO_METRICS, ...METRICS.slice(at)];
+}
+
 /** The CSV's columns for a sweep. */
 export function csvColumns(sweep: Sweep): string[] {
   return [
@@ -123,13 +142,14 @@ export function csvColumns(sweep: Sweep): string[] {
     "policy",
     "threshold",
     "seeds",
-    ...METRICS,
+    ...csvMetrics(sweep),
     ...CI_METRICS.map((m) => `${m}Ci95`),
   ];
 }
 
 /** `sweep_summary.csv`: one row per (point, policy variant). */
 export function toCsv(sweep: Sweep, rows: readonly SummaryRow[]): string {
+  const metrics = csvMetrics(sweep);
   const records = rows.map((row) => {
     const record: Record<string, string> = {};
     sweep.axes.forEach((axis, i) => {
@@ -139,7 +159,7 @@ export function toCsv(sweep: Sweep, rows: readonly SummaryRow[]): string {
     record.policy = row.policy;
     record.threshold = row.threshold === undefined ? "" : formatNumber(row.threshold);
     record.seeds = String(row.seeds);
-    for (const m of METRICS) record[m] = formatNumber(row.mean[m]);
+    for (const m of metrics) record[m] = formatNumber(row.mean[m]);
     for (const m of CI_METRICS) record[`${m}Ci95`] = formatNumber(row.ci95[m]);
     return record;
   });
