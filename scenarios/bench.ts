@@ -116,6 +116,42 @@ function policyBench(model: "fifo" | "batching", requests: number): void {
 }
 
 /**
+ * `disaggregated`: the batching model's default scenario on 4 instances
+ * serving whole requests against 2 prefill + 2 decode instances (both
+ * flows), same policy and requests: what the second leg, the KV handshake
+ * and the link cost the simulator. Best of 5 after a warm-up each.
+ */
+function disaggregatedBench(requests: number): void {
+  const base = { policy: { name: "prefix_aware" }, workload: { requests } };
+  const pools = [{ role: "prefill", count: 2 }, { role: "decode", count: 2 }];
+  const runs: [string, SimulationConfig][] = [
+    ["aggregated, 4 instances", parseScenario({ ...base, instances: { model: "batching", count: 4 } })],
+    ["2 prefill + 2 decode, prefill-first", parseScenario({ ...base, instances: { model: "batching", pools } })],
+    [
+      "2 prefill + 2 decode, decode-first",
+      parseScenario({ ...base, router: { pdFlow: "decode-first" }, instances: { model: "batching", pools } }),
+    ],
+  ];
+  console.log(`\ndisaggregated serving, default batching scenario, prefix_aware, ${requests.toLocaleString("en-US")} requests per run:`);
+  let aggregated = 0;
+  for (const [label, config] of runs) {
+    let messages = 0;
+    const perSec = best(5, () => {
+      const start = performance.now();
+      const r = simulate(config);
+      messages = r.messages;
+      return r.requests / ((performance.now() - start) / 1000);
+    });
+    if (aggregated === 0) aggregated = perSec;
+    console.log(
+      `  ${label.padEnd(36)} ${(perSec / 1e3).toFixed(0).padStart(5)} k requests/s  ${
+        (messages / requests).toFixed(1)
+      } msgs/request  ${(100 * perSec / aggregated).toFixed(0)}% of aggregated`,
+    );
+  }
+}
+
+/**
  * `plugin`: the built-in prefix_aware in this thread against a plain copy of
  * it run as a sandboxed plugin (scenarios/plugins/prefix_aware_copy.ts), on
  * the default scenario: the sandbox's cost. Best of 5 after a warm-up each.
@@ -295,6 +331,7 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
   fifo: () => policyBench("fifo", 500_000),
   peer: peerBench,
   batching: () => policyBench("batching", 200_000),
+  disaggregated: () => disaggregatedBench(200_000),
   trace: traceBench,
   "replay-1m": millionBench,
   "memory-fifo": () => memoryBench("fifo"),

@@ -19,10 +19,21 @@ import { expandPolicy, pluginVariant, type PolicyEntry, type PolicyVariant } fro
 import { REPORT_NAMES, reportSection, type ReportSubject } from "./report/sections.ts";
 import { UsageError } from "./usage_error.ts";
 
+/**
+ * A named axis value: a name for the CSV and the charts, and scenario fields
+ * merged over the base (`{ "name": "4P+4D", "scenario": { "instances": … } }`),
+ * for an axis that changes several fields at once (a fleet's shape, a
+ * workload). Its axis is a name, not a scenario field.
+ */
+const namedValue = z.strictObject({
+  name: z.string().min(1),
+  scenario: z.record(z.string(), z.unknown()),
+});
+
 const sweepSchema = z.strictObject({
   description: z.string().default(""),
   base: z.record(z.string(), z.unknown()).default({}),
-  axes: z.record(z.string(), z.array(z.union([z.number(), z.string()])).min(1)).refine(
+  axes: z.record(z.string(), z.array(z.union([z.number(), z.string(), namedValue])).min(1)).refine(
     (axes) => Object.keys(axes).length > 0,
     { message: "expected at least one axis" },
   ),
@@ -83,6 +94,22 @@ export interface Sweep {
   /** Every run, by point, then variant, then seed. */
   readonly runs: readonly SweepRun[];
 }
+
+/** A named axis value, as the schema reads it. */
+type NamedValue = z.output<typeof namedValue>;
+
+/** An axis value: a scenario field's value, or a named set of fields. */
+type AxisValue = SweepSpec["axes"][string][number];
+
+const isNamed = (value: AxisValue): value is NamedValue => typeof value === "object";
+
+/** What an axis value sets in the scenario: the field at the axis's path, or a named value's fields. */
+function axisFields(axis: string, value: AxisValue): Record<string, unknown> {
+  return isNamed(value) ? value.scenario : nested(axis, value);
+}
+
+/** An axis value as the CSV and the charts show it: a named value's name. */
+const axisLabel = (value: AxisValue): number | string => isNamed(value) ? value.name : value;
 
 /** Axes that are not scenario fields: seeds and policies have lists of their own. */
 const isReservedAxis = (axis: string) => axis === "seed" || axis === "policy" || axis.startsWith("policy.");
@@ -177,7 +204,8 @@ function checkAxes(spec: SweepSpec, axes: readonly string[]): void {
   parseScenario(spec.base, (path) => `sweep.base${scenarioPath(path).slice("scenario".length)}`);
   for (const axis of axes) {
     spec.axes[axis].forEach((value, i) => {
-      parseScenario(deepMerge(spec.base, nested(axis, value)), (path) => {
+      parseScenario(deepMerge(spec.base, axisFields(axis, value)), (path) => {
+        if (isNamed(value)) return `sweep.axes["${axis}"][${i}].${scenarioPath(path)}`;
         const field = path.join(".");
         return field === axis || axis.startsWith(`${field}.`)
           ? `sweep.axes["${axis}"][${i}]`
@@ -191,7 +219,7 @@ function checkAxes(spec: SweepSpec, axes: readonly string[]): void {
     );
   }
   for (const axis of axes) {
-    const values = spec.axes[axis].map((v) => JSON.stringify(v));
+    const values = spec.axes[axis].map((v) => JSON.stringify(axisLabel(v)));
     const twice = values.find((v, i) => values.indexOf(v) !== i);
     if (twice) throw new UsageError(`sweep.axes["${axis}"]: lists ${twice} twice`);
   }
@@ -238,7 +266,7 @@ function gridPoints(spec: SweepSpec, axes: readonly string[]): SweepPoint[] {
       points.push({ index: points.length, values: { ...values } });
       return;
     }
-    for (const value of spec.axes[axes[i]]) grid(i + 1, { ...values, [axes[i]]: value });
+    for (const value of spec.axes[axes[i]]) grid(i + 1, { ...values, [axes[i]]: axisLabel(value) });
   };
   grid(0, {});
   return points;
@@ -254,7 +282,10 @@ function expandRuns(
   const runs: SweepRun[] = [];
   for (const point of points) {
     let scenario = spec.base as unknown;
-    for (const axis of axes) scenario = deepMerge(scenario, nested(axis, point.values[axis]));
+    for (const axis of axes) {
+      const value = spec.axes[axis].find((v) => axisLabel(v) === point.values[axis])!;
+      scenario = deepMerge(scenario, axisFields(axis, value));
+    }
     variants.forEach((variant, v) => {
       // A plugin replaces the scenario's policy.
       const policy = variant.pluginUrl ? {} : { name: variant.name, ...variant.params };

@@ -66,7 +66,7 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     [["--policy", "chwbl", "--ring-points", "2.5"], "--ring-points: expected an integer, got 2.5"],
     [
       ["--cache-threshold", "0.5"],
-      "--cache-threshold: not a parameter of hybrid (its parameters: threshold)",
+      "--cache-threshold: not a parameter of hybrid (its parameters: threshold, hostCredit)",
     ],
     [["--requests", "10.5"], "--requests: expected an integer, got 10.5"],
     [["--policy", "magic"], '--policy: expected one of "round_robin"'],
@@ -172,7 +172,8 @@ Deno.test("a policy's parameter flags set its parameters; run --json's scenario 
     balanceAbs: 32,
     balanceRel: 1.5,
     cacheThreshold: 0.3,
+    hostCredit: 0.8,
   });
   const hybrid = JSON.parse((await run("--json", "--requests", "300", "--threshold", "3")).stdout);
-  assertEquals(hybrid.scenario.policy, { name: "hybrid", threshold: 3 });
+  assertEquals(hybrid.scenario.policy, { name: "hybrid", threshold: 3, hostCredit: 0.8 });
 });

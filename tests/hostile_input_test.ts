@@ -135,7 +135,7 @@ const BAD_INPUTS: readonly Case[] = [
   bad(
     "a parameter flag of another policy than the default",
     ["--load-factor", "2"],
-    /--load-factor: not a parameter of hybrid \(its parameters: threshold\)/,
+    /--load-factor: not a parameter of hybrid \(its parameters: threshold, hostCredit\)/,
   ),
   bad("missing scenario file", ["--scenario", "no_such.json"], /no_such\.json/),
   bad(

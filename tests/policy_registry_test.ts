@@ -100,7 +100,7 @@ Deno.test("the scenario schema and createPolicy accept a parameter value exactly
 });
 
 Deno.test("a parsed scenario's policy carries every parameter, defaults filled in; another policy's parameter is refused", async (t) => {
-  assertEquals(parseScenario({}).policy, { name: "hybrid", threshold: 1 });
+  assertEquals(parseScenario({}).policy, { name: "hybrid", threshold: 1, hostCredit: 0.8 });
   for (const d of POLICIES) {
     await t.step(d.name, () => {
       assertEquals(parseScenario({ policy: { name: d.name } }).policy, defaultSpec(d));

@@ -56,11 +56,17 @@ const tally = (spec: PolicySpec, instances: Instance[], runs = 2000) => {
 Deno.test("the rules below are checked at the shipped defaults the registry declares", () => {
   const defaults = (name: string) =>
     Object.fromEntries(Object.entries(policyDescriptor(name)!.params).map(([key, p]) => [key, p.default]));
-  assertEquals(defaults("sglang_cache_aware"), { balanceAbs: 64, balanceRel: 1.5, cacheThreshold: 0.3 });
-  assertEquals(defaults("llmd_weighted"), { prefixWeight: 3, queueWeight: 2, kvWeight: 2 });
-  assertEquals(defaults("dynamo_kv"), { temperature: 0 });
+  assertEquals(defaults("sglang_cache_aware"), {
+    balanceAbs: 64,
+    balanceRel: 1.5,
+    cacheThreshold: 0.3,
+    hostCredit: 0.8,
+  });
+  assertEquals(defaults("llmd_weighted"), { prefixWeight: 3, queueWeight: 2, kvWeight: 2, hostCredit: 0.8 });
+  assertEquals(defaults("dynamo_kv"), { temperature: 0, hostCredit: 0.8 });
   assertEquals(defaults("chwbl"), { loadFactor: 1.25, ringPoints: 256 });
-  for (const name of ["power_of_two", "preble_e2", "vllm_prefix"]) assertEquals(defaults(name), {});
+  for (const name of ["preble_e2", "vllm_prefix"]) assertEquals(defaults(name), { hostCredit: 0.8 });
+  assertEquals(defaults("power_of_two"), {});
 });
 
 Deno.test("sglang_cache_aware: balances only when both gates open (abs > 64 and rel > 1.5)", async (t) => {

@@ -47,6 +47,24 @@ Deno.test("realtime and virtual runs of one scenario and seed agree (hit within 
   assertEquals(virtual.viewFalsePositiveRate, 0);
 });
 
+Deno.test("realtime runs a disaggregated fleet, both flows, identical to the virtual run", async () => {
+  for (const pdFlow of ["prefill-first", "decode-first"] as const) {
+    const split = scenario({
+      router: { pdFlow },
+      instances: { model: "batching", pools: [{ role: "prefill", count: 1 }, { role: "decode", count: 2 }] },
+      decodePolicy: { name: "least_load" },
+      workload: { requests: 150, ratePerSec: 40 },
+    });
+    const virtual = simulate(split);
+    assert(virtual.kvTransferMeanMs! > 0);
+    const { lag: _lag, speed: _speed, ...metrics } = await simulateRealtime(split, {
+      speed: 50,
+      wallTime: systemWallTime,
+    });
+    assertEquals(metrics, withoutFleetView(virtual));
+  }
+});
+
 Deno.test("realtime runs the batching model unchanged and matches the virtual run", async () => {
   const batching = scenario({
     instances: { model: "batching" },

@@ -5,7 +5,7 @@ import { UsageError } from "../scenarios/usage_error.ts";
 Deno.test("an empty scenario gets every documented default", () => {
   const c = parseScenario({});
   assertEquals(c.seed, 1);
-  assertEquals(c.policy, { name: "hybrid", threshold: 1 });
+  assertEquals(c.policy, { name: "hybrid", threshold: 1, hostCredit: 0.8 });
   assertEquals(c.instances, {
     count: 4,
     overheadMs: 30,
@@ -26,6 +26,8 @@ Deno.test("an empty scenario gets every documented default", () => {
       maxBatchTokens: 2048,
       maxSeqs: 256,
       prefixCaching: true,
+      hostKvBlocks: 0,
+      hostKvGbps: 512,
     },
   });
   assertEquals(c.workload.prefix, { groups: 100, zipf: 1, sharedFrac: 0.5, tokens: 1024 });
@@ -60,7 +62,7 @@ Deno.test("invalid scenarios name the field path, the value and the expectation"
     ],
     [
       { policy: { name: "llmd_weighted", loadFactor: 2 } },
-      "scenario.policy.loadFactor: not a parameter of llmd_weighted (its parameters: prefixWeight, queueWeight, kvWeight)",
+      "scenario.policy.loadFactor: not a parameter of llmd_weighted (its parameters: prefixWeight, queueWeight, kvWeight, hostCredit)",
     ],
     [
       { policy: { name: "chwbl", ringPoints: 0.5 } },
@@ -87,7 +89,11 @@ Deno.test("invalid scenarios name the field path, the value and the expectation"
 });
 
 Deno.test("a parsed policy carries every parameter of its descriptor, absent ones at their defaults", () => {
-  assertEquals(parseScenario({ policy: { threshold: 4 } }).policy, { name: "hybrid", threshold: 4 });
+  assertEquals(parseScenario({ policy: { threshold: 4 } }).policy, {
+    name: "hybrid",
+    threshold: 4,
+    hostCredit: 0.8,
+  });
   assertEquals(parseScenario({ policy: { name: "round_robin" } }).policy, { name: "round_robin" });
   assertEquals(
     parseScenario({ policy: { name: "chwbl", ringPoints: 64 } }).policy,
@@ -96,7 +102,7 @@ Deno.test("a parsed policy carries every parameter of its descriptor, absent one
   // The registry's field order, whatever the file's: `run --json` prints the policy the same way every time.
   assertEquals(
     Object.keys(parseScenario({ policy: { cacheThreshold: 0.5, name: "sglang_cache_aware" } }).policy),
-    ["name", "balanceAbs", "balanceRel", "cacheThreshold"],
+    ["name", "balanceAbs", "balanceRel", "cacheThreshold", "hostCredit"],
   );
 });
 

@@ -23,6 +23,7 @@ Deno.test("a sweep expands to points × policy variants × seeds, first axis slo
   assertEquals([run.config.seed, run.config.policy, run.config.instances.count], [2, {
     name: "hybrid",
     threshold: 1,
+    hostCredit: 0.8,
   }, 2]);
 });
 
@@ -146,7 +147,7 @@ Deno.test("invalid sweep specs name the field", async (t) => {
     ],
     [
       { ...valid, policies: [{ name: "hybrid", thresholds: [1, 2] }] },
-      "sweep.policies[0].thresholds: not a parameter of hybrid (its parameters: threshold)",
+      "sweep.policies[0].thresholds: not a parameter of hybrid (its parameters: threshold, hostCredit)",
     ],
     [
       { ...valid, policies: [{ name: "hybrid", threshold: [1, 1] }] },
@@ -252,4 +253,74 @@ Deno.test("a plugin cannot pass for a built-in policy in a sweep: its name is it
       "mine",
     ],
   );
+});
+
+Deno.test("a named axis value sets several scenario fields at once; the CSV shows its name", () => {
+  const sweep = parseSweep({
+    axes: {
+      fleet: [
+        { name: "4 aggregated", scenario: { instances: { model: "batching", count: 4 } } },
+        {
+          name: "2P+2D",
+          scenario: {
+            instances: {
+              model: "batching",
+              pools: [{ role: "prefill", count: 2 }, { role: "decode", count: 2 }],
+            },
+            decodePolicy: { name: "least_load" },
+          },
+        },
+      ],
+      "workload.ratePerSec": [10, 20],
+    },
+    policies: [{ name: "round_robin" }],
+    seeds: [1],
+  });
+  assertEquals(sweep.points.map((p) => p.values.fleet), ["4 aggregated", "4 aggregated", "2P+2D", "2P+2D"]);
+  assertEquals(sweep.axisColumns, ["fleet", "ratePerSec"]);
+  const split = sweep.runs[2].config;
+  assertEquals([split.instances.count, split.instances.pools?.map((p) => p.role), split.decodePolicy?.name], [
+    4,
+    ["prefill", "decode"],
+    "least_load",
+  ]);
+  assertEquals(sweep.runs[3].config.workload.ratePerSec, 20);
+  assertEquals(sweep.runs[0].config.instances.pools, undefined);
+});
+
+Deno.test("named axis values are validated as scenarios and by name", async (t) => {
+  const named = (values: unknown[]) => ({
+    axes: { fleet: values },
+    policies: [{ name: "round_robin" }],
+    seeds: [1],
+  });
+  const cases: [unknown, string][] = [
+    [
+      named([{ name: "bad", scenario: { instances: { count: 0 } } }]),
+      'sweep.axes["fleet"][0].scenario.instances.count: expected a number >= 1, got 0',
+    ],
+    [
+      named([{ name: "a", scenario: {} }, { name: "a", scenario: { seed: 2 } }]),
+      'sweep.axes["fleet"]: lists "a" twice',
+    ],
+    [named([{ name: "", scenario: {} }]), 'sweep.axes.fleet[0].name: expected a value >= 1, got ""'],
+    [named([{ name: "x", scenario: {}, extra: 1 }]), "sweep.axes.fleet[0].extra: unknown field"],
+  ];
+  for (const [input, message] of cases) {
+    await t.step(message, () => {
+      assertThrows(() => parseSweep(input), UsageError, message);
+    });
+  }
+});
+
+Deno.test("the committed disaggregation studies are valid sweeps with the disaggregation report", async () => {
+  for (const name of ["disaggregation", "disaggregation_conversation"]) {
+    const sweep = parseSweep(
+      JSON.parse(await Deno.readTextFile(new URL(`../scenarios/sweeps/${name}.json`, import.meta.url))),
+    );
+    assertEquals(sweep.report, ["disaggregation"]);
+    assertEquals(sweep.axes[0], "fleet");
+    // Every fleet has 8 instances: the comparison is at equal GPU count.
+    for (const run of sweep.runs) assertEquals(run.config.instances.count, 8);
+  }
 });

@@ -6,6 +6,7 @@
  * {@linkcode REPORT_SECTIONS}; the sweep format's validation, its error
  * messages and the report derive from this list.
  */
+import { section as disaggregation } from "./disaggregation.ts";
 import { section as focus } from "./focus_chart.ts";
 import { section as load } from "./load_charts.ts";
 import { section as originalCharts } from "./original_charts.ts";
@@ -15,7 +16,13 @@ import type { ReportSection } from "./section.ts";
 export type { ReportInputs, ReportPart, ReportSection, ReportSubject } from "./section.ts";
 
 /** Every report section, in the order help text and docs list them. */
-export const REPORT_SECTIONS: readonly ReportSection[] = [originalStudy, originalCharts, load, focus];
+export const REPORT_SECTIONS: readonly ReportSection[] = [
+  originalStudy,
+  originalCharts,
+  load,
+  focus,
+  disaggregation,
+];
 
 /** Names of the report sections, in registry order. */
 export const REPORT_NAMES: readonly string[] = REPORT_SECTIONS.map((s) => s.name);

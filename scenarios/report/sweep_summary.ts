@@ -49,11 +49,26 @@ export const METRICS = [
  */
 export const SLO_METRICS = ["sloAttainment"] as const satisfies readonly (keyof RunResult)[];
 
+/**
+ * Metrics a sweep's CSV has, at its end, only when one of its runs has a
+ * disaggregated fleet or a host KV tier: a sweep without them keeps its columns.
+ */
+export const FLEET_METRICS = [
+  "kvTransferMeanMs",
+  "kvTransferP99Ms",
+  "kvQueueMeanMs",
+  "gpuTokenHitRate",
+  "hostTokenHitRate",
+] as const satisfies readonly (keyof RunResult)[];
+
 /** Metrics that also get a 95% confidence half-width column (`<metric>Ci95`). */
 export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
 
+/** Metrics with a 95% confidence half-width column only when a run sets an SLO. */
+export const SLO_CI_METRICS = ["goodputRps", "sloAttainment"] as const;
+
 /** One metric's name. */
-export type Metric = typeof METRICS[number] | typeof SLO_METRICS[number];
+export type Metric = typeof METRICS[number] | typeof SLO_METRICS[number] | typeof FLEET_METRICS[number];
 
 /**
  * One row of the summary: a point, a policy variant, and its seed means. A
@@ -72,7 +87,7 @@ export interface SummaryRow {
   readonly label: string;
   readonly seeds: number;
   readonly mean: { readonly [M in Metric]: RunResult[M] };
-  readonly ci95: { readonly [M in typeof CI_METRICS[number]]: RunResult[M] };
+  readonly ci95: { readonly [M in typeof CI_METRICS[number] | typeof SLO_CI_METRICS[number]]: RunResult[M] };
 }
 
 /** Groups `results` (aligned with `sweep.runs`) into summary rows. */
@@ -97,10 +112,10 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
         label: variant.label,
         seeds: group.length,
         mean: Object.fromEntries(
-          [...METRICS, ...SLO_METRICS].map((m) => [m, meanOrNull(of(m))]),
+          [...METRICS, ...SLO_METRICS, ...FLEET_METRICS].map((m) => [m, meanOrNull(of(m))]),
         ) as SummaryRow["mean"],
         ci95: Object.fromEntries(
-          CI_METRICS.map((m) => [m, ci95HalfWidthOrNull(of(m))]),
+          [...CI_METRICS, ...SLO_CI_METRICS].map((m) => [m, ci95HalfWidthOrNull(of(m))]),
         ) as SummaryRow["ci95"],
       });
     });
@@ -126,13 +141,31 @@ export function formatNumber(value: number | null): string {
 
 /** The metric columns of a sweep's CSV: {@linkcode METRICS}, with {@linkcode SLO_METRICS} when a run sets an SLO. */
 function csvMetrics(sweep: Sweep): Metric[] {
-  const setsSlo = sweep.runs.some(({ config }) =>
+  const fleet = sweepHasFleetMetrics(sweep) ? FLEET_METRICS : [];
+  if (!sweepSetsSlo(sweep)) return [...METRICS, ...fleet];
+  const at = METRICS.indexOf("goodputRps") + 1;
+  return [...METRICS.slice(0, at), ...SLO_METRICS, ...METRICS.slice(at), ...fleet];
+}
+
+/** Whether a run of the sweep sets an SLO (`slo`, or a class's). */
+export function sweepSetsSlo(sweep: Sweep): boolean {
+  return sweep.runs.some(({ config }) =>
     config.slo?.ttftMs !== undefined || config.slo?.tpotMs !== undefined ||
     (config.workload.classes ?? []).some((c) => c.sloTtftMs !== undefined || c.sloTpotMs !== undefined)
   );
-  if (!setsSlo) return [...METRICS];
-  const at = METRICS.indexOf("goodputRps") + 1;
-  return [...METRICS.slice(0, at), ...SLO_METRICS, ...METRICS.slice(at)];
+}
+
+/** Whether a run of the sweep has a disaggregated fleet or a host KV tier. */
+function sweepHasFleetMetrics(sweep: Sweep): boolean {
+  return sweep.runs.some(({ config: { instances } }) =>
+    instances.kvTransfer !== undefined ||
+    [instances.engine, ...(instances.pools ?? []).map((p) => p.engine)].some((e) => (e.hostKvBlocks ?? 0) > 0)
+  );
+}
+
+/** The confidence columns of a sweep's CSV. */
+function csvCiMetrics(sweep: Sweep): (typeof CI_METRICS[number] | typeof SLO_CI_METRICS[number])[] {
+  return sweepSetsSlo(sweep) ? [...CI_METRICS, ...SLO_CI_METRICS] : [...CI_METRICS];
 }
 
 /** The CSV's columns for a sweep. */
@@ -143,7 +176,7 @@ export function csvColumns(sweep: Sweep): string[] {
     "threshold",
     "seeds",
     ...csvMetrics(sweep),
-    ...CI_METRICS.map((m) => `${m}Ci95`),
+    ...csvCiMetrics(sweep).map((m) => `${m}Ci95`),
   ];
 }
 
@@ -160,7 +193,7 @@ export function toCsv(sweep: Sweep, rows: readonly SummaryRow[]): string {
     record.threshold = row.threshold === undefined ? "" : formatNumber(row.threshold);
     record.seeds = String(row.seeds);
     for (const m of metrics) record[m] = formatNumber(row.mean[m]);
-    for (const m of CI_METRICS) record[`${m}Ci95`] = formatNumber(row.ci95[m]);
+    for (const m of csvCiMetrics(sweep)) record[`${m}Ci95`] = formatNumber(row.ci95[m]);
     return record;
   });
   return stringify(records, { columns: csvColumns(sweep) });
