@@ -6,6 +6,7 @@
  * real-time run build the same actors the same way; only the router's
  * differs, in loading a plugin in its own Worker.
  */
+import type { PoolRole } from "./instance_model.ts";
 import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { ServeCommand } from "./protocol.ts";
@@ -16,17 +17,21 @@ import { buildInstance, buildMetrics, buildRouter, buildSource, type SimulationC
 /**
  * The router for `config`, with its built-in policy or, when `pluginUrl` is
  * given, a plugin's (imported here, in the router's Worker, and nowhere else
- * in a real-time run). Tells the host the policy's name.
+ * in a real-time run): for every pool without a policy of its own, or, with
+ * `pluginPool`, for that pool of a disaggregated fleet only. Tells the host
+ * the run's policy's name (the plugin's, unless it routes one pool).
  */
 export async function createRouter(
   instances: readonly ActorRef<ServeCommand>[],
   config: SimulationConfig,
   pluginUrl?: string,
+  pluginPool?: Exclude<PoolRole, "both">,
 ): Promise<DescribedActor> {
-  const policy = pluginUrl ? await loadPolicyModule(pluginUrl) : createPolicy(config.policy);
+  const plugin = pluginUrl ? await loadPolicyModule(pluginUrl) : undefined;
+  const policy = plugin && pluginPool === undefined ? plugin : createPolicy(config.policy);
   const pools = {
-    prefill: config.prefillPolicy && createPolicy(config.prefillPolicy),
-    decode: config.decodePolicy && createPolicy(config.decodePolicy),
+    prefill: pluginPool === "prefill" ? plugin : config.prefillPolicy && createPolicy(config.prefillPolicy),
+    decode: pluginPool === "decode" ? plugin : config.decodePolicy && createPolicy(config.decodePolicy),
   };
   return { actor: buildRouter(instances, config, policy, undefined, pools), about: policy.name };
 }

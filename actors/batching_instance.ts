@@ -131,6 +131,10 @@ interface Sequence {
   hostTokens: number;
   kvTransferMs: number;
   kvQueueMs: number;
+  /** Prefill leg, held: when its pull came, when its transfer started on the link, and who pulled. */
+  pulledMs: number;
+  linkStartMs: number;
+  pulledBy: KvPull["replyTo"] | undefined;
 }
 
 /**
@@ -191,8 +195,6 @@ export class BatchingInstance extends InstanceActor<Own> {
   readonly #held = new Map<number, Sequence>();
   /** Decode legs whose KV is on its way, by request id. */
   readonly #pulling = new Map<number, Sequence>();
-  /** Pulls waiting for (or on) the link: their start, reply address and pull time, by request id. */
-  readonly #transfers = new Map<number, { pulledMs: number; startMs: number; replyTo: KvPull["replyTo"] }>();
   /** When the outbound link is next free, ms. */
   #linkFreeMs = 0;
   readonly #link: KvLinkOptions;
@@ -339,20 +341,22 @@ export class BatchingInstance extends InstanceActor<Own> {
     const wireMs = message.tokens * link.bytesPerToken * 8e-6 / link.gbps;
     const startMs = Math.max(now, this.#linkFreeMs);
     this.#linkFreeMs = startMs + wireMs;
-    this.#transfers.set(message.requestId, { pulledMs: now, startMs, replyTo: message.replyTo });
+    const seq = this.#held.get(message.requestId)!;
+    seq.pulledMs = now;
+    seq.linkStartMs = startMs;
+    seq.pulledBy = message.replyTo;
     ctx.scheduleAt(startMs + wireMs + link.latencyMs, { type: "kv_sent", requestId: message.requestId });
   }
 
   /** A transfer left the link and arrived: the KV is freed here, and its decode instance told. */
   #sent(requestId: number, ctx: ActorContext<BatchingCommand>): void {
     const now = ctx.now();
-    const transfer = this.#transfers.get(requestId)!;
-    this.#transfers.delete(requestId);
-    ctx.send(transfer.replyTo, {
+    const seq = this.#held.get(requestId)!;
+    ctx.send(seq.pulledBy!, {
       type: "kv_arrived",
       requestId,
-      transferMs: now - transfer.pulledMs,
-      queueMs: transfer.startMs - transfer.pulledMs,
+      transferMs: now - seq.pulledMs,
+      queueMs: seq.linkStartMs - seq.pulledMs,
     });
     this.#letGo(requestId, now, ctx);
   }
@@ -498,6 +502,9 @@ export class BatchingInstance extends InstanceActor<Own> {
       hostTokens: 0,
       kvTransferMs: -1,
       kvQueueMs: -1,
+      pulledMs: 0,
+      linkStartMs: 0,
+      pulledBy: undefined,
     };
   }
 
@@ -546,6 +553,9 @@ export class BatchingInstance extends InstanceActor<Own> {
     }
     if (prefillTokens === 0 && decoding === 0) {
       this.#stepping = false;
+      // Idle, but still holding KV for a transfer or waiting for one: its
+      // totals go out when it lets the last of them go and idles again.
+      if (running.length > 0 || this.#held.size > 0) return;
       this.#account(ctx.now());
       ctx.send(this.metrics, {
         type: "instance_stats",

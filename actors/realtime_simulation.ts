@@ -6,6 +6,7 @@
  * paces the central kernel at `speed` simulated ms per wall ms.
  */
 import type * as Factories from "./actor_factories.ts";
+import type { PoolRole } from "./instance_model.ts";
 import { droppedFraction, type MetricsCollector } from "./metrics_collector.ts";
 import type { AnyMessage, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
 import type { DeliveryTap, Message } from "./runtime/kernel.ts";
@@ -44,6 +45,12 @@ export interface RealtimeOptions {
    * Worker, which may read the plugin's directory and `actors/`, nothing else.
    */
   readonly pluginUrl?: string;
+  /**
+   * The one pool of a disaggregated fleet the plugin routes; the other keeps
+   * its built-in policy, and the result's `policy` is the run's.
+   * @default every pool without a policy of its own
+   */
+  readonly pluginPool?: Exclude<PoolRole, "both">;
   /**
    * What the plugin's Worker may read, from the host's import-graph check
    * (the graph's files and `actors/`). @default the plugin's directory and `actors/`
@@ -188,7 +195,7 @@ function placeInWorkers(
     },
     router: (name, instances) =>
       runtime.spawnRemote<RouteCommand>(name, {
-        ...remote("createRouter", [instances, config, plugin]),
+        ...remote("createRouter", [instances, config, plugin, options.pluginPool]),
         ownWorker: true,
         ...(plugin ? pluginSandbox(plugin, instanceRefs, options) : {}),
       }),
@@ -214,7 +221,9 @@ function pluginSandbox(
       ...NO_PERMISSIONS,
       read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
     },
-    label: `plugin ${plugin.split("/").pop()}`,
+    label: `plugin ${plugin.split("/").pop()}${
+      options.pluginPool ? ` for the ${options.pluginPool} pool` : ""
+    }`,
     revivers: undefined, // the plugin's code runs there: its word is not taken
     timeoutMs: options.pluginTimeoutMs ?? 5000,
     timeoutKind: "plugin_timeout",

@@ -10,6 +10,7 @@ import {
   assertNever,
   type InstanceStatus,
   type PdAbandoned,
+  type PdLeg,
   type PrefilledCommand,
   type Request,
   type RouteCommand,
@@ -96,6 +97,9 @@ const NO_NOTE: RoutingNote = Object.freeze({
   expectedTokens: null,
   falseTokens: null,
 });
+
+/** The prefill leg of a prefill-first request (its decode instance is chosen later). */
+const PREFILL_LEG: PdLeg = Object.freeze({ phase: "prefill" });
 
 /** What a policy consulted of the cache view during one decision: nothing, groups only, or block matches. */
 const CONSULTED_NOTHING = 0, CONSULTED_GROUPS = 1, CONSULTED_BLOCKS = 2;
@@ -405,7 +409,7 @@ export class Router implements Actor<RouterCommand> {
         request,
         replyTo: ctx.self,
         routing,
-        leg: { phase: "prefill" },
+        leg: PREFILL_LEG,
       });
       return;
     }

@@ -9,8 +9,9 @@ import { parseArgs, type ParseArgsConfig } from "node:util";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
-import { describeBounds, POLICIES } from "../actors/policies/mod.ts";
+import { describeBounds, POLICIES, POLICY_NAMES } from "../actors/policies/mod.ts";
 import { MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
+import type { PoolRole } from "../actors/instance_model.ts";
 import {
   checkTraceFile,
   deepMerge,
@@ -55,6 +56,78 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
 
 /** The flags that split the fleet into a prefill pool and a decode pool (both needed). */
 const POOL_FLAGS = ["prefill-instances", "decode-instances"] as const;
+
+/**
+ * What a pool's policy flag's value must end in to name a router plugin file
+ * rather than a built-in policy (no policy's name has a dot).
+ */
+export const PLUGIN_FILE_EXTENSIONS = [".ts", ".mts", ".js", ".mjs"] as const;
+
+/** {@linkcode PLUGIN_FILE_EXTENSIONS}, for messages. */
+const PLUGIN_FILES = PLUGIN_FILE_EXTENSIONS.join(", ");
+
+/** The pool policy flags (without `--`), each with its pool and scenario field. */
+const POOL_POLICY_FLAGS: readonly {
+  readonly flag: string;
+  readonly pool: PoolName;
+  readonly field: "prefillPolicy" | "decodePolicy";
+}[] = [
+  { flag: "prefill-policy", pool: "prefill", field: "prefillPolicy" },
+  { flag: "decode-policy", pool: "decode", field: "decodePolicy" },
+];
+
+/** A pool of a disaggregated fleet that a policy flag may name a plugin for. */
+export type PoolName = Exclude<PoolRole, "both">;
+
+/** The run's router plugin file as the flags name it. */
+export interface PluginFlag {
+  /** The flag that names it, with its `--` (for messages). */
+  readonly flag: string;
+  /** The file, as given. */
+  readonly path: string;
+  /** The pool it routes (`--prefill-policy` / `--decode-policy`); absent: every pool (`--router`). */
+  readonly pool?: PoolName;
+}
+
+/**
+ * Whether a pool policy flag's value names a router plugin file: it is no
+ * built-in policy's name and ends in one of {@linkcode PLUGIN_FILE_EXTENSIONS}.
+ */
+export function isPluginFile(value: string): boolean {
+  return !(POLICY_NAMES as readonly string[]).includes(value) &&
+    PLUGIN_FILE_EXTENSIONS.some((extension) => value.endsWith(extension));
+}
+
+/**
+ * The router plugin the flags name: `--router FILE.ts` (every pool without a
+ * built-in policy of its own) or a plugin file as `--prefill-policy` or
+ * `--decode-policy` (that pool only); undefined when none does.
+ * @throws {UsageError} when they name two: a run has one plugin sandbox.
+ */
+export function pluginFlag(values: Record<string, unknown>): PluginFlag | undefined {
+  const named: PluginFlag[] = typeof values.router === "string"
+    ? [{ flag: "--router", path: values.router }]
+    : [];
+  for (const { flag, pool } of POOL_POLICY_FLAGS) {
+    const value = values[flag];
+    if (typeof value === "string" && isPluginFile(value)) {
+      named.push({ flag: `--${flag}`, path: value, pool });
+    }
+  }
+  if (named.length > 1) {
+    const [first, second] = named;
+    const hint = first.pool === undefined
+      ? `give the ${second.pool} pool a built-in policy, or leave it to --router's plugin`
+      : first.path === second.path
+      ? `to route both pools with it, use --router ${first.path}`
+      : "give one pool a built-in policy";
+    throw new UsageError(
+      `${second.flag}: "${second.path}" would be a second router plugin beside ${first.flag}'s; ` +
+        `a run has one plugin sandbox, so at most one plugin file (${hint})`,
+    );
+  }
+  return named[0];
+}
 
 /** A policy parameter's flag, without `--`: its name in kebab case (`balanceAbs` → `balance-abs`). */
 export function parameterFlag(parameter: string): string {
@@ -155,8 +228,9 @@ ${modelsHelp()}
                          decode-first (llm-d: decode instance first, then a prefill instance)
   --pd-local-prefill-tokens N  decode-first: prefill on the decode instance when fewer prompt tokens than
                          this are uncached there (default 0: never)
-  --prefill-policy NAME  the prefill pool's policy (default: --policy)
-  --decode-policy NAME   the decode pool's policy (default: --policy)
+  --prefill-policy P     the prefill pool's policy (default: --policy): a built-in name, or a router plugin
+                         file (ending in ${PLUGIN_FILES}) for this pool only; one plugin per run
+  --decode-policy P      the decode pool's policy (default: --policy), likewise
   --kv-transfer-gbps X   each prefill instance's outbound KV link, gigabits/s, > 0 or inf (default 400)
   --kv-transfer-latency-ms X  fixed latency of each KV transfer, ms, >= 0 (default 0.02)
   --host-kv-blocks N     host-memory KV tier per instance, blocks (batching; default 0: none)
@@ -231,10 +305,12 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
  * caller's directory; the returned trace path is absolute.
  */
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
+  const pluginPool = pluginFlag(values)?.pool;
   const file = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
-  const base = withoutOtherPolicy(file, values.policy);
+  const base = withoutPoolPolicy(withoutOtherPolicy(file, values.policy), pluginPool);
   const flags = new FlagOverrides();
   setStringFlags(values, flags);
+  setPoolPolicyFlags(values, flags, pluginPool);
   setNumericFlags(values, base, flags);
   setTraceFlags(values, base, flags);
   setPoolFlags(values, flags);
@@ -244,7 +320,7 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
     config,
     flags.sets("workload.trace.path") ? "--trace" : "scenario.workload.trace.path",
   );
-  return resolveTracePath(config);
+  return resolveTracePath(withoutPoolPolicy(config, pluginPool) as SimulationConfig);
 }
 
 /** The scenario fields the flags set, and which flag set each (to name it in errors). */
@@ -298,7 +374,46 @@ function withoutOtherPolicy(file: unknown, policy: unknown): unknown {
   return Object.fromEntries(Object.entries(file as object).filter(([key]) => key !== "policy"));
 }
 
-/** `--policy`, `--model`, `--preset`, `--trace` and `--skip-invalid`. */
+/**
+ * `value` (a scenario) without the policy field of the pool a plugin routes:
+ * the plugin replaces the file's policy for that pool, and leaves the
+ * checked config without one (see {@linkcode setPoolPolicyFlags}).
+ */
+function withoutPoolPolicy(value: unknown, pool: PoolName | undefined): unknown {
+  const field = POOL_POLICY_FLAGS.find((p) => p.pool === pool)?.field;
+  if (field === undefined || value === null || typeof value !== "object") return value;
+  return Object.fromEntries(Object.entries(value).filter(([key]) => key !== field));
+}
+
+/**
+ * `--prefill-policy` and `--decode-policy`. A built-in name sets the pool's
+ * policy. A plugin file (the pool `pluginPool`) gives the pool a policy of
+ * its own too, which the scenario check must see — a fleet that is not split
+ * is refused by the same check, in the same words, as for a built-in — so a
+ * built-in stands in for it there, removed once the scenario is checked.
+ * @throws {UsageError} for a value that looks like a file but not a plugin's.
+ */
+function setPoolPolicyFlags(
+  values: Record<string, unknown>,
+  flags: FlagOverrides,
+  pluginPool?: PoolName,
+): void {
+  for (const { flag, pool, field } of POOL_POLICY_FLAGS) {
+    const value = values[flag];
+    if (typeof value !== "string") continue;
+    if (pool === pluginPool) {
+      flags.set(`--${flag}`, [field], { name: DEFAULT_POLICY });
+    } else if (/[./\\]/.test(value)) {
+      throw new UsageError(
+        `--${flag}: "${value}" is neither a built-in policy nor a router plugin file (which ends in ${PLUGIN_FILES})`,
+      );
+    } else {
+      flags.set(`--${flag}`, [field, "name"], value);
+    }
+  }
+}
+
+/** `--policy`, `--model`, `--preset`, `--trace`, `--pd-flow` and `--skip-invalid`. */
 function setStringFlags(values: Record<string, unknown>, flags: FlagOverrides): void {
   const strings: [flag: string, path: string[]][] = [
     ["policy", ["policy", "name"]],
@@ -306,8 +421,6 @@ function setStringFlags(values: Record<string, unknown>, flags: FlagOverrides): 
     ["preset", ["instances", "engine", "preset"]],
     ["trace", ["workload", "trace", "path"]],
     ["pd-flow", ["router", "pdFlow"]],
-    ["prefill-policy", ["prefillPolicy", "name"]],
-    ["decode-policy", ["decodePolicy", "name"]],
   ];
   for (const [flag, path] of strings) {
     if (typeof values[flag] === "string") flags.set(`--${flag}`, path, values[flag]);
@@ -361,7 +474,9 @@ function setPoolFlags(values: Record<string, unknown>, flags: FlagOverrides): vo
     throw new UsageError(`--${given[0]}: needs --${other} too (a disaggregated fleet has both pools)`);
   }
   if (typeof values.instances === "string") {
-    throw new UsageError("--instances: not used with --prefill-instances and --decode-instances (the fleet is their total)");
+    throw new UsageError(
+      "--instances: not used with --prefill-instances and --decode-instances (the fleet is their total)",
+    );
   }
   const [prefill, decode] = POOL_FLAGS.map((flag) => parseNumber(`--${flag}`, String(values[flag]), true));
   flags.set("--prefill-instances", ["instances", "pools"], [
@@ -383,12 +498,16 @@ function refuseBesideRouter(values: Record<string, unknown>): void {
 
 /**
  * `--plugin-timeout-ms`: any finite number > 0, default 5000; an error
- * without `--router`, where it would be ignored.
+ * without a router plugin (`--router`, or a pool's), where it would be ignored.
  */
 export function pluginTimeoutMs(values: Record<string, unknown>): number {
   const raw = values["plugin-timeout-ms"];
   if (raw === undefined) return 5000;
-  if (typeof values.router !== "string") throw new UsageError("--plugin-timeout-ms: needs --router FILE.ts");
+  if (pluginFlag(values) === undefined) {
+    throw new UsageError(
+      "--plugin-timeout-ms: needs --router FILE.ts (or, in run and realtime, a plugin file as --prefill-policy or --decode-policy)",
+    );
+  }
   const value = parseNumber("--plugin-timeout-ms", String(raw), false);
   if (!(value > 0)) throw new UsageError(`--plugin-timeout-ms: expected a number > 0, got ${raw}`);
   return value;

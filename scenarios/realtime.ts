@@ -9,6 +9,7 @@ import { type LiveHandles, type RealtimeResult, simulateRealtime } from "../acto
 import {
   configFromFlags,
   parseFlags,
+  pluginFlag,
   pluginTimeoutMs,
   runCommand,
   SCENARIO_FLAGS_HELP,
@@ -20,7 +21,7 @@ import type { TraceOptions } from "../actors/trace_reader.ts";
 import { openTrace } from "../actors/trace_source.ts";
 import { LiveView } from "./live_view.ts";
 import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin } from "./router_plugin.ts";
+import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
 import { formatMetric, formatReport } from "./report/run_report.ts";
 import { UsageError } from "./usage_error.ts";
 import { memoryVerdict } from "./worker_pool.ts";
@@ -130,9 +131,13 @@ async function realtimeSettings(values: RealtimeFlags) {
   const config = await configFromFlags(values);
   checkSpeed(speed, values.speed, config);
   const pluginTimeout = pluginTimeoutMs(values);
-  const plugin = values.router
-    ? await loadRouterPlugin(values.router, { timeoutMs: pluginTimeout, baseDir: callerDirectory() })
-    : undefined;
+  const named = pluginFlag(values);
+  const plugin = named && await loadRouterPlugin(named.path, {
+    timeoutMs: pluginTimeout,
+    baseDir: callerDirectory(),
+    flag: named.flag,
+    pool: named.pool,
+  });
   return { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin };
 }
 
@@ -153,7 +158,11 @@ if (import.meta.main) {
       values,
     );
 
-    const name = plugin ? `plugin ${plugin.name}` : policyLabel(config.policy);
+    const name = plugin?.pool
+      ? `${policyLabel(config.policy)} · ${plugin.pool} plugin ${plugin.name}`
+      : plugin
+      ? `plugin ${plugin.name}`
+      : policyLabel(config.policy);
     const view = new LiveView(
       config.instances.count,
       config.workload.requests,
@@ -184,7 +193,9 @@ if (import.meta.main) {
         speed,
         wallTime: systemWallTime,
         pluginUrl: plugin?.url,
-        policyName: plugin?.name,
+        pluginPool: plugin?.pool,
+        // A pool's plugin leaves the run's policy its own name.
+        policyName: plugin?.pool ? undefined : plugin?.name,
         pluginTimeoutMs: pluginTimeout,
         pluginReadPaths: plugin?.readPaths,
         onDeliver: view.observe,
@@ -198,8 +209,11 @@ if (import.meta.main) {
       clearInterval(timer);
       clearInterval(memoryWatch);
       const report = { ...result, wallMs: performance.now() - start, scenario: config };
-      if (values.json) console.log(JSON.stringify(report, null, 2));
-      else console.log(`${formatReport(report)}\n${formatLag(result, tolerance)}`);
+      console.log(
+        values.json
+          ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)
+          : `${withPoolPluginLine(formatReport(report), plugin)}\n${formatLag(result, tolerance)}`,
+      );
     } catch (error) {
       clearInterval(timer);
       clearInterval(memoryWatch);

@@ -5,11 +5,12 @@
 import { expectedRequests, runProgress } from "./run_progress.ts";
 import { formatReport } from "./report/run_report.ts";
 import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin } from "./router_plugin.ts";
+import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
 import { runPluginScenario, runScenario } from "./run_scenario.ts";
 import {
   configFromFlags,
   parseFlags,
+  pluginFlag,
   pluginTimeoutMs,
   runCommand,
   SCENARIO_FLAGS_HELP,
@@ -34,9 +35,13 @@ if (import.meta.main) {
     }
     const config = await configFromFlags(values);
     const timeoutMs = pluginTimeoutMs(values);
-    const plugin = values.router
-      ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
-      : undefined;
+    const named = pluginFlag(values);
+    const plugin = named && await loadRouterPlugin(named.path, {
+      timeoutMs,
+      baseDir: callerDirectory(),
+      flag: named.flag,
+      pool: named.pool,
+    });
     const terminal = Deno.stderr.isTerminal();
     const progress = terminal || values.progress
       ? runProgress(expectedRequests(config), terminal)
@@ -45,6 +50,10 @@ if (import.meta.main) {
       ? await runPluginScenario(config, plugin, timeoutMs)
       : runScenario(config, progress && ((p) => progress.update(p)));
     progress?.stop();
-    console.log(values.json ? JSON.stringify(report, null, 2) : formatReport(report));
+    console.log(
+      values.json
+        ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)
+        : withPoolPluginLine(formatReport(report), plugin),
+    );
   });
 }

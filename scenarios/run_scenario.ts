@@ -20,14 +20,20 @@ export function runScenario(
 }
 
 /**
- * Simulates `config` with a router plugin, in a sandboxed Worker watched for
- * hangs (see scenarios/worker_pool.ts); `wallMs` is the simulation's time there.
+ * Simulates `config` with a router plugin — for every pool, or for its
+ * `pool` only — in a sandboxed Worker watched for hangs (see
+ * scenarios/worker_pool.ts); `wallMs` is the simulation's time there.
+ * @throws {TypeError} when the plugin is a pool's and `config`'s fleet has no such pool.
  */
 export async function runPluginScenario(
   config: SimulationConfig,
   plugin: RouterPlugin,
   timeoutMs: number,
 ): Promise<RunReport> {
+  const pool = plugin.pool;
+  if (pool !== undefined && !(config.instances.pools?.some((p) => p.role === pool) ?? false)) {
+    throw new TypeError(`plugin ${plugin.name} routes the ${pool} pool, but the fleet has none`);
+  }
   let wallMs = 0;
   const [result] = await runOnWorkers([{ config, pluginUrl: plugin.url }], {
     workers: 1,

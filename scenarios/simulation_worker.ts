@@ -8,8 +8,15 @@
  * host's watchdog can end a run that hangs in user code.
  */
 /// <reference lib="deno.worker" />
-import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
+import type { PoolRole } from "../actors/instance_model.ts";
+import {
+  type RunResult,
+  simulate,
+  type SimulateOptions,
+  type SimulationConfig,
+} from "../actors/simulation.ts";
 import { type ErrorData, errorToData, SimulationError } from "../actors/runtime/simulation_error.ts";
+import { createPolicy } from "../actors/policies/mod.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { loadPolicyModule } from "../actors/policies/plugin_policy.ts";
 import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
@@ -26,8 +33,10 @@ export type SimulationWorkerCommand =
     readonly port: MessagePort;
     /** The shared watch buffer (see {@linkcode WatchSlot}). */
     readonly watch: SharedArrayBuffer;
-    /** A router plugin to load (`file:` URL); it replaces every run's policy. */
+    /** A router plugin to load (`file:` URL); it replaces every run's policy (or one pool's: `pluginPool`). */
     readonly pluginUrl?: string;
+    /** The one pool of a disaggregated fleet the plugin routes; absent: it replaces the run's policy. */
+    readonly pluginPool?: Exclude<PoolRole, "both">;
   }
   | { readonly type: "run"; readonly id: number; readonly config: SimulationConfig };
 
@@ -48,6 +57,7 @@ export type SimulationWorkerReply =
 
 let watch: WatchSlot | undefined;
 let policy: RoutingPolicy | undefined;
+let pluginPool: Exclude<PoolRole, "both"> | undefined;
 let pluginExpected = false;
 let reply: (message: SimulationWorkerReply) => void = () => {};
 
@@ -95,6 +105,7 @@ async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>)
   };
   if (command.pluginUrl === undefined) return reply({ type: "ready" });
   pluginExpected = true;
+  pluginPool = command.pluginPool;
   slot.setPhase(WorkerPhase.Loading);
   try {
     const plugin = await loadPolicyModule(command.pluginUrl);
@@ -125,7 +136,7 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
   }
   try {
     const start = performance.now();
-    const result = simulate(config, { policy });
+    const result = simulate(config, runPolicies(config));
     reply({ type: "result", id, result, wallMs: performance.now() - start });
   } catch (error) {
     // Described before the watch goes idle: a plugin's error could spin in its getters.
@@ -134,6 +145,23 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
     // Also ends a decision that threw.
     watch?.setPhase(WorkerPhase.Idle);
   }
+}
+
+/**
+ * The policies of a run here: none of ours (the scenario's), or the plugin
+ * for every pool, or the plugin for its pool and the other pool's built-in —
+ * watched too, so that its decisions count as the run's progress (in a
+ * decode-first run that prefills locally, the prefill pool's plugin may not
+ * be asked for a long while) and a stall in them, in the plugin's Worker,
+ * is the plugin's.
+ */
+function runPolicies(config: SimulationConfig): SimulateOptions {
+  if (policy === undefined || pluginPool === undefined || watch === undefined) return { policy };
+  const other = pluginPool === "prefill" ? config.decodePolicy : config.prefillPolicy;
+  const builtIn = watched(createPolicy(other ?? config.policy), watch);
+  return pluginPool === "prefill"
+    ? { prefillPolicy: policy, decodePolicy: builtIn }
+    : { prefillPolicy: builtIn, decodePolicy: policy };
 }
 
 /** A run's failure as data for the host: its text on one line, a permission error explained. */

@@ -8,6 +8,7 @@
  * watchdog in this thread ends the pool when the plugin hangs, silently ends
  * its Worker or exhausts memory.
  */
+import type { PoolRole } from "../actors/instance_model.ts";
 import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
 import {
   type ErrorData,
@@ -40,6 +41,13 @@ export interface SandboxPlugin {
   readonly name?: string;
   /** What its Worker may read: the files of its import graph and `actors/` (see scenarios/plugin_imports.ts). */
   readonly readPaths: readonly string[];
+  /** The flag that named it, for a load failure's message. @default "--router" */
+  readonly flag?: string;
+  /**
+   * The one pool of a disaggregated fleet it routes (the other keeps its
+   * built-in policy). @default every pool without a policy of its own
+   */
+  readonly pool?: Exclude<PoolRole, "both">;
 }
 
 /** Default bound on one routing decision and on a plugin's loading, wall ms. */
@@ -142,6 +150,7 @@ class SimulationWorker {
         port: channel.port2,
         watch: buffer,
         pluginUrl: plugin?.url,
+        pluginPool: plugin?.pool,
       } satisfies SimulationWorkerCommand,
       [channel.port2],
     );
@@ -165,7 +174,7 @@ function loadError(plugin: SandboxPlugin, message: string): UsageError {
   const what = /^(Requires \w+ access|a router plugin may not)/.test(message)
     ? "failed to load"
     : "is not a router plugin";
-  return new UsageError(`--router: "${plugin.path}" ${what}: ${message}`);
+  return new UsageError(`${plugin.flag ?? "--router"}: "${plugin.path}" ${what}: ${message}`);
 }
 
 /**
@@ -198,9 +207,9 @@ export function memoryVerdict(plugin: SandboxPlugin): SimulationError | undefine
   );
 }
 
-/** How a plugin is named in errors: `router (plugin NAME)`. */
+/** How a plugin is named in errors: `router (plugin NAME)`, or `router (plugin NAME for the prefill pool)`. */
 function pluginActor(plugin: SandboxPlugin): string {
-  return `router (plugin ${plugin.name ?? plugin.path})`;
+  return `router (plugin ${plugin.name ?? plugin.path}${plugin.pool ? ` for the ${plugin.pool} pool` : ""})`;
 }
 
 /**
