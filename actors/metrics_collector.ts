@@ -386,7 +386,9 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       // The batching model reports its engine's busy time (its requests overlap);
       // the FIFO model's busy time is the sum of its requests' service times.
       busyImbalanceCv: this.#perPool(this.#busyMsPerInstance(), coefficientOfVariation),
-      gpuTokenHitRate: tokenHitRate === null ? null : ratio(this.#cachedTokens - this.#hostCachedTokens, this.#promptTokens),
+      gpuTokenHitRate: tokenHitRate === null
+        ? null
+        : ratio(this.#cachedTokens - this.#hostCachedTokens, this.#promptTokens),
       hostTokenHitRate: tokenHitRate === null ? null : ratio(this.#hostCachedTokens, this.#promptTokens),
       kvTransferMeanMs: ratio(this.#transferSumMs, this.#transfers),
       kvTransferP99Ms: this.#transfers === 0 ? null : this.#transferMicros.getValueAtPercentile(99) / 1000,

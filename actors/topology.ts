@@ -330,13 +330,17 @@ export function checkConservation(count: RequestCount, timeMs: number): void {
  * prefill leg (`prefilled`, the decode leg's `serve`), for a count that has
  * the request already (the real-time run's, from the prefill leg's delivery).
  */
-export function pendingRequests(kernel: Kernel, handOffs = true): { inFlight: number; notYetArrived: number } {
+export function pendingRequests(
+  kernel: Kernel,
+  handOffs = true,
+): { inFlight: number; notYetArrived: number } {
   let inFlight = 0, notYetArrived = 0;
   kernel.forEachPending((message, _to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route" && timeMs > kernel.nowMs) notYetArrived++;
-    else if (m.type === "route" || (m.type === "serve" && (handOffs || m.leg?.phase !== "decode"))) inFlight++;
-    else if (m.type === "prefilled" && handOffs) inFlight++;
+    else if (m.type === "route" || (m.type === "serve" && (handOffs || m.leg?.phase !== "decode"))) {
+      inFlight++;
+    } else if (m.type === "prefilled" && handOffs) inFlight++;
   });
   return { inFlight, notYetArrived };
 }

@@ -307,22 +307,25 @@ export const scenarioSchema = z.strictObject({
     pdFlow: z.enum(["prefill-first", "decode-first"]).optional(),
     pdLocalPrefillTokens: count(0).optional(),
   }).prefault({}),
-  instances: z.preprocess(withPoolEngines, z.strictObject({
-    count: count(1).max(10_000).default(4),
-    overheadMs: z.number().min(0).default(30),
-    prefillMsPerToken: z.number().min(0).default(0.04),
-    decodeMsPerToken: z.number().min(0).default(0),
-    serviceTime: z.enum(["deterministic", "exponential"]).default("deterministic"),
-    cacheCapacity: count(0).default(16),
-    maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
-    model: z.enum(MODEL_NAMES).default(MODEL_NAMES[0]),
-    engine,
-    pools: z.array(pool).min(1).max(64).optional(),
-    kvTransfer: z.strictObject({
-      gbps: positiveOrInfinite.default(400),
-      latencyMs: z.number().min(0).default(0.02),
-    }).optional(),
-  }).transform(resolveFleet)).prefault({}),
+  instances: z.preprocess(
+    withPoolEngines,
+    z.strictObject({
+      count: count(1).max(10_000).default(4),
+      overheadMs: z.number().min(0).default(30),
+      prefillMsPerToken: z.number().min(0).default(0.04),
+      decodeMsPerToken: z.number().min(0).default(0),
+      serviceTime: z.enum(["deterministic", "exponential"]).default("deterministic"),
+      cacheCapacity: count(0).default(16),
+      maxQueue: count(0).nullable().default(null).transform((v) => v ?? Infinity),
+      model: z.enum(MODEL_NAMES).default(MODEL_NAMES[0]),
+      engine,
+      pools: z.array(pool).min(1).max(64).optional(),
+      kvTransfer: z.strictObject({
+        gbps: positiveOrInfinite.default(400),
+        latencyMs: z.number().min(0).default(0.02),
+      }).optional(),
+    }).transform(resolveFleet),
+  ).prefault({}),
   workload: z.strictObject({
     requests: count(1).max(1e12).default(20_000),
     ratePerSec: z.number().gt(0).default(35),
@@ -419,7 +422,11 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
   if (pools === undefined) return;
   const at = (i: number, ...rest: string[]) => ["instances", "pools", i, ...rest];
   if (instances.model !== "batching") {
-    ctx.addIssue({ code: "custom", path: ["instances", "pools"], message: 'used only by instances.model "batching"' });
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "pools"],
+      message: 'used only by instances.model "batching"',
+    });
     return;
   }
   const roles = new Set(pools.map((p) => p.role));
@@ -428,13 +435,17 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
     ctx.addIssue({
       code: "custom",
       path: at(i, "role"),
-      message: `expected "${pools[0].role}" like pool 0 (a fleet serves whole requests, or is split into prefill and decode pools)`,
+      message: `expected "${
+        pools[0].role
+      }" like pool 0 (a fleet serves whole requests, or is split into prefill and decode pools)`,
     });
   } else if (!roles.has("both") && roles.size < 2) {
     ctx.addIssue({
       code: "custom",
       path: ["instances", "pools"],
-      message: `expected a pool with role "${roles.has("prefill") ? "decode" : "prefill"}" too (a disaggregated fleet needs both)`,
+      message: `expected a pool with role "${
+        roles.has("prefill") ? "decode" : "prefill"
+      }" too (a disaggregated fleet needs both)`,
     });
   }
   const blockTokens = instances.engine.blockTokens;
@@ -451,7 +462,10 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
       ctx.addIssue({
         code: "custom",
         path: at(i, "engine", "preset"),
-        message: `expected a model with pool 0's KV shape (${shape(pools[0])} bytes/token, ${pools[0].engine.preset}): ` +
+        message:
+          `expected a model with pool 0's KV shape (${shape(pools[0])} bytes/token, ${
+            pools[0].engine.preset
+          }): ` +
           `a decode instance uses the prefill instance's KV as it is`,
       });
     }
@@ -575,7 +589,10 @@ function disaggregationSetting(
     }
   }
   if (given(["router", "pdLocalPrefillTokens"]) && config.router.pdFlow !== "decode-first") {
-    return { path: ["router", "pdLocalPrefillTokens"], reason: 'used only with router.pdFlow "decode-first"' };
+    return {
+      path: ["router", "pdLocalPrefillTokens"],
+      reason: 'used only with router.pdFlow "decode-first"',
+    };
   }
   return undefined;
 }

@@ -56,7 +56,10 @@ Deno.test("a lone request's TTFT is prefill step + KV transfer + the decode inst
 });
 
 Deno.test("infinite bandwidth and zero latency make the transfer free: TTFT is the two steps", () => {
-  const config = disaggregated(1, 1, { ...LONE, instances: { kvTransfer: { gbps: Infinity, latencyMs: 0 } } });
+  const config = disaggregated(1, 1, {
+    ...LONE,
+    instances: { kvTransfer: { gbps: Infinity, latencyMs: 0 } },
+  });
   const r = simulate(config);
   assertEquals(r.kvTransferMeanMs, 0);
   const steps = qwen.stepMs + qwen.prefillMsPerToken * 1500 + qwen.stepMs + qwen.decodeMsPerSeq;
@@ -65,7 +68,8 @@ Deno.test("infinite bandwidth and zero latency make the transfer free: TTFT is t
 
 Deno.test("a 100× lower bandwidth makes a transfer 100× slower", () => {
   const at = (gbps: number) =>
-    simulate(disaggregated(1, 1, { ...LONE, instances: { kvTransfer: { gbps, latencyMs: 0 } } })).kvTransferMeanMs!;
+    simulate(disaggregated(1, 1, { ...LONE, instances: { kvTransfer: { gbps, latencyMs: 0 } } }))
+      .kvTransferMeanMs!;
   assertAlmostEquals(at(4) / at(400), 100, 1e-9);
   assertAlmostEquals(at(0.5) / at(50), 100, 1e-9);
 });
@@ -181,7 +185,11 @@ Deno.test("the host tier adds hits the GPU lost, reported apart; without it noth
   const scenario = (hostKvBlocks?: number) =>
     parseScenario({
       policy: { name: "round_robin" },
-      instances: { model: "batching", count: 2, engine: { kvBlocks: 1500, ...(hostKvBlocks ? { hostKvBlocks } : {}) } },
+      instances: {
+        model: "batching",
+        count: 2,
+        engine: { kvBlocks: 1500, ...(hostKvBlocks ? { hostKvBlocks } : {}) },
+      },
       workload: { requests: 1500, ratePerSec: 15, prefix: { groups: 200 } },
     });
   const none = simulate(scenario()), zero = simulate(scenario(0)), host = simulate(scenario(20_000));
@@ -194,7 +202,10 @@ Deno.test("the host tier adds hits the GPU lost, reported apart; without it noth
 
 Deno.test("pools are validated: model, roles, block size, KV shape, and settings they make unused", () => {
   const cases: [ScenarioInput, string][] = [
-    [{ instances: { pools: [{ count: 2 }] } }, 'scenario.instances.pools: used only by instances.model "batching"'],
+    [
+      { instances: { pools: [{ count: 2 }] } },
+      'scenario.instances.pools: used only by instances.model "batching"',
+    ],
     [
       { instances: { model: "batching", pools: [{ count: 1 }, { role: "decode", count: 1 }] } },
       'scenario.instances.pools[1].role: expected "both" like pool 0',
@@ -211,7 +222,11 @@ Deno.test("pools are validated: model, roles, block size, KV shape, and settings
       {
         instances: {
           model: "batching",
-          pools: [{ role: "prefill", count: 1 }, { role: "decode", count: 1, engine: { preset: "llama-3.1-8b" } }],
+          pools: [{ role: "prefill", count: 1 }, {
+            role: "decode",
+            count: 1,
+            engine: { preset: "llama-3.1-8b" },
+          }],
         },
       },
       "scenario.instances.pools[1].engine.preset: expected a model with pool 0's KV shape (57344 bytes/token",
@@ -228,7 +243,10 @@ Deno.test("pools are validated: model, roles, block size, KV shape, and settings
     [
       {
         router: { pdLocalPrefillTokens: 10 },
-        instances: { model: "batching", pools: [{ role: "prefill", count: 1 }, { role: "decode", count: 1 }] },
+        instances: {
+          model: "batching",
+          pools: [{ role: "prefill", count: 1 }, { role: "decode", count: 1 }],
+        },
       },
       'scenario.router.pdLocalPrefillTokens: used only with router.pdFlow "decode-first"',
     ],
@@ -251,13 +269,22 @@ Deno.test("pools are validated: model, roles, block size, KV shape, and settings
 
 Deno.test("the disaggregation flags: both pools or neither, never beside --instances; inf bandwidth", async () => {
   const bad: [string[], string][] = [
-    [["--model", "batching", "--prefill-instances", "2"], "--prefill-instances: needs --decode-instances too"],
+    [
+      ["--model", "batching", "--prefill-instances", "2"],
+      "--prefill-instances: needs --decode-instances too",
+    ],
     [
       ["--model", "batching", "--instances", "4", "--prefill-instances", "2", "--decode-instances", "2"],
       "--instances: not used with --prefill-instances and --decode-instances",
     ],
-    [["--prefill-instances", "1", "--decode-instances", "1"], '--prefill-instances: used only by instances.model "batching"'],
-    [["--model", "batching", "--kv-transfer-gbps", "10"], "--kv-transfer-gbps: used only by a disaggregated fleet"],
+    [
+      ["--prefill-instances", "1", "--decode-instances", "1"],
+      '--prefill-instances: used only by instances.model "batching"',
+    ],
+    [
+      ["--model", "batching", "--kv-transfer-gbps", "10"],
+      "--kv-transfer-gbps: used only by a disaggregated fleet",
+    ],
     [
       ["--model", "batching", "--prefill-instances", "1", "--decode-instances", "1", "--pd-flow", "sideways"],
       '--pd-flow: expected one of "prefill-first", "decode-first", got "sideways"',
