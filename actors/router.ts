@@ -402,16 +402,7 @@ export class Router implements Actor<RouterCommand> {
     const pd = this.#pd!, request = message.request, prefill = this.#prefill;
     if (pd.flow === "prefill-first") {
       const p = this.#choose(prefill, request, ctx, message.type);
-      const routing = this.#note(prefill, p, request);
-      prefill.view.routed(p, request);
-      ctx.send(this.#ref(prefill, p), {
-        type: "serve",
-        request,
-        replyTo: ctx.self,
-        routing,
-        leg: PREFILL_LEG,
-      });
-      return;
+      return this.#serve(prefill, p, request, ctx, this.#note(prefill, p, request), PREFILL_LEG);
     }
     const decode = this.#decode!;
     const d = this.#choose(decode, request, ctx, message.type);
@@ -419,27 +410,37 @@ export class Router implements Actor<RouterCommand> {
     const cached = Math.min(decode.view.matchedBlocks(d, request) * decode.view.blockTokens, prompt);
     if (prompt - cached < pd.localPrefillTokens) {
       // Little to prefill: the decode instance does it all.
-      const routing = this.#note(decode, d, request);
-      decode.view.routed(d, request);
-      ctx.send(this.#ref(decode, d), { type: "serve", request, replyTo: ctx.self, routing });
-      return;
+      return this.#serve(decode, d, request, ctx, this.#note(decode, d, request));
     }
     decode.view.routed(d, request);
     const p = this.#choose(prefill, request, ctx, message.type);
-    const routing = this.#note(prefill, p, request);
-    prefill.view.routed(p, request);
     // Instances take every leg's messages, whatever the fleet's refs are typed as.
     const decodeAt = {
       index: decode.members![d],
       ref: this.#ref(decode, d) as ActorRef<ServeCommand | PdAbandoned>,
     };
-    ctx.send(this.#ref(prefill, p), {
-      type: "serve",
-      request,
-      replyTo: ctx.self,
-      routing,
-      leg: { phase: "prefill", decode: decodeAt },
+    this.#serve(prefill, p, request, ctx, this.#note(prefill, p, request), {
+      phase: "prefill",
+      decode: decodeAt,
     });
+  }
+
+  /** Records `request` as routed to `pool`'s instance `i` and sends it there: whole, or the `leg` given. */
+  #serve(
+    pool: Pool,
+    i: number,
+    request: Request,
+    ctx: ActorContext<RouterCommand>,
+    routing: RoutingNote | undefined,
+    leg?: PdLeg,
+  ) {
+    pool.view.routed(i, request);
+    ctx.send(
+      this.#ref(pool, i),
+      leg === undefined
+        ? { type: "serve", request, replyTo: ctx.self, routing }
+        : { type: "serve", request, replyTo: ctx.self, routing, leg },
+    );
   }
 
   /** Prefill-first: a prefill finished; the decode instance is chosen now, and pulls the KV. */
@@ -458,14 +459,7 @@ export class Router implements Actor<RouterCommand> {
     }
     const { request, routing, prefill } = message;
     const d = this.#choose(decode, request, ctx, message.type);
-    decode.view.routed(d, request);
-    ctx.send(this.#ref(decode, d), {
-      type: "serve",
-      request,
-      replyTo: ctx.self,
-      routing,
-      leg: { phase: "decode", prefill },
-    });
+    this.#serve(decode, d, request, ctx, routing, { phase: "decode", prefill });
   }
 }
 

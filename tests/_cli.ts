@@ -10,9 +10,19 @@ const RUN = new URL("../scenarios/run.ts", import.meta.url).pathname;
 const ROOT = new URL("..", import.meta.url).pathname;
 
 /** `deno run --allow-read scenarios/run.ts ...args`, from the repository. */
-export async function runCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+export function runCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return readOnlyCli([RUN], args);
+}
+
+/** `deno task realtime` as a user runs it: `scenarios/realtime.ts ...args`, reading only, from the repository. */
+export function realtimeCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return readOnlyCli(["--unstable-worker-options", "scenarios/realtime.ts"], args);
+}
+
+/** `deno run --allow-read` of `script` (with any flags before it) and `args`, from the repository. */
+async function readOnlyCli(script: string[], args: string[]): Promise<CliOutput> {
   const output = await new Deno.Command("deno", {
-    args: ["run", "--allow-read", RUN, ...args],
+    args: ["run", "--allow-read", ...script, ...args],
     cwd: ROOT,
     stdout: "piped",
     stderr: "piped",

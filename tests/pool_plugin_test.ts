@@ -6,9 +6,8 @@
  * real time matching the virtual run.
  */
 import { assert, assertEquals, assertMatch, assertNotEquals, assertStringIncludes } from "@std/assert";
-import { messageLine, runCli } from "./_cli.ts";
+import { messageLine, realtimeCli, runCli } from "./_cli.ts";
 
-const ROOT = new URL("..", import.meta.url).pathname;
 const COPY = "scenarios/plugins/prefix_aware_copy.ts";
 const THROWS = "tests/fixtures/plugin_throws.ts";
 const NEVER_RETURNS = "tests/fixtures/plugin_never_returns.ts";
@@ -36,18 +35,6 @@ const SPLIT = [
   "--policy",
   "round_robin",
 ];
-
-/** `deno task realtime` as a user runs it. */
-async function realtimeCli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  const output = await new Deno.Command("deno", {
-    args: ["run", "--allow-read", "--unstable-worker-options", "scenarios/realtime.ts", ...args],
-    cwd: ROOT,
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
 
 /** A run's JSON report, the command checked to have succeeded. */
 function report(out: { code: number; stdout: string; stderr: string }): Record<string, unknown> {
