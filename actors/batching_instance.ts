@@ -131,6 +131,8 @@ interface Sequence {
   hostTokens: number;
   kvTransferMs: number;
   kvQueueMs: number;
+  /** When its load from the host tier ends, ms. */
+  loadedMs: number;
   /** Prefill leg, held: when its pull came, when its transfer started on the link, and who pulled. */
   pulledMs: number;
   linkStartMs: number;
@@ -281,6 +283,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       case "host_loaded":
         return this.#hostLoaded(message.requestId, ctx);
       case "pd_abandoned":
+        this.#replyTo = message.replyTo;
         this.finished++;
         return this.#report(ctx, true);
       default:
@@ -303,7 +306,11 @@ export class BatchingInstance extends InstanceActor<Own> {
         replyTo: ctx.self,
       });
     } else if (leg?.phase === "prefill" && leg.decode !== undefined) {
-      ctx.send(leg.decode.ref, { type: "pd_abandoned", requestId: command.request.id });
+      ctx.send(leg.decode.ref, {
+        type: "pd_abandoned",
+        requestId: command.request.id,
+        replyTo: command.replyTo,
+      });
     }
   }
 
@@ -376,13 +383,13 @@ export class BatchingInstance extends InstanceActor<Own> {
 
   /** A decode leg's KV arrived: its prompt blocks are cached here now, and it decodes from the next step. */
   #arrived(message: KvArrived, ctx: ActorContext<BatchingCommand>): void {
-    const seq = this.#pulling.get(message.requestId);
-    if (seq === undefined) return; // preempted while pulling: it recomputes here instead
+    const seq = this.#pulling.get(message.requestId)!;
     this.#pulling.delete(message.requestId);
-    if (this.#stretch !== undefined) this.#endStretch(ctx);
-    seq.pulling = false;
     seq.kvTransferMs = message.transferMs;
     seq.kvQueueMs = message.queueMs;
+    if (!seq.pulling) return; // preempted while pulling: it recomputes here instead
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
+    seq.pulling = false;
     this.#publishPrompt(seq, ctx.now());
     if (!this.#stepping) this.#startStep(ctx);
   }
@@ -399,14 +406,16 @@ export class BatchingInstance extends InstanceActor<Own> {
     const startMs = Math.max(now, this.#hostLinkFreeMs);
     this.#hostLinkFreeMs = startMs + wireMs;
     seq.pulling = true;
+    seq.loadedMs = startMs + wireMs;
     this.#loading.set(seq.request.id, seq);
-    ctx.scheduleAt(startMs + wireMs, { type: "host_loaded", requestId: seq.request.id });
+    ctx.scheduleAt(seq.loadedMs, { type: "host_loaded", requestId: seq.request.id });
   }
 
   /** A host-tier load finished: the sequence prefills the rest of its prompt from the next step. */
   #hostLoaded(requestId: number, ctx: ActorContext<BatchingCommand>): void {
     const seq = this.#loading.get(requestId);
-    if (seq === undefined) return; // preempted while loading: it recomputes instead
+    // Preempted while loading (it recomputes instead), or an earlier load's timer.
+    if (seq === undefined || ctx.now() < seq.loadedMs) return;
     this.#loading.delete(requestId);
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     seq.pulling = false;
@@ -502,6 +511,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       hostTokens: 0,
       kvTransferMs: -1,
       kvQueueMs: -1,
+      loadedMs: 0,
       pulledMs: 0,
       linkStartMs: 0,
       pulledBy: undefined,
@@ -769,7 +779,7 @@ export class BatchingInstance extends InstanceActor<Own> {
   #preempt(seq: Sequence): void {
     this.#running.pop();
     if (seq.pulling) {
-      this.#pulling.delete(seq.request.id);
+      // A pull stays registered: its transfer still ends, and is still measured (#arrived).
       this.#loading.delete(seq.request.id);
       seq.pulling = false;
     }
@@ -858,13 +868,8 @@ export class BatchingInstance extends InstanceActor<Own> {
       routing: seq.command.routing,
       ...(request.sloClass !== undefined ? { sloClass: request.sloClass } : {}),
       ...(seq.hostTokens > 0 ? { hostCachedTokens: seq.hostTokens } : {}),
-      ...(seq.kvTransferMs >= 0
-        ? {
-          prefillInstance: (seq.command.leg as Extract<PdLeg, { phase: "decode" }>).prefill.index,
-          kvTransferMs: seq.kvTransferMs,
-          kvQueueMs: seq.kvQueueMs,
-        }
-        : {}),
+      ...(seq.command.leg?.phase === "decode" ? { prefillInstance: seq.command.leg.prefill.index } : {}),
+      ...(seq.kvTransferMs >= 0 ? { kvTransferMs: seq.kvTransferMs, kvQueueMs: seq.kvQueueMs } : {}),
     }, ctx);
   }
 

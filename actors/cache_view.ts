@@ -37,8 +37,8 @@ export interface CacheViewOptions {
   readonly kind: "exact" | "approximate";
   /** `groups`: the FIFO model caches whole prefix groups; `blocks`: the batching model caches blocks. */
   readonly unit: "groups" | "blocks";
-  /** Approximate view: entries per instance (groups or blocks). */
-  readonly capacity: number;
+  /** Approximate view: entries per instance (groups or blocks); one number for all, or one each. */
+  readonly capacity: number | readonly number[];
   /**
    * Per instance, blocks of its host-memory KV tier (blocks unit only): the
    * view mirrors each tier from the GPU cache it believes in, since a tier
@@ -173,28 +173,30 @@ export class ApproximateCacheView implements CacheView {
 
   /**
    * @param capacity Entries per instance (groups for the FIFO model, blocks for
-   *   the batching model); `Infinity` for an index that never evicts.
+   *   the batching model), one for all or one each (a mixed fleet); `Infinity`
+   *   for an index that never evicts.
    */
   constructor(
     instanceCount: number,
     unit: "groups" | "blocks",
-    capacity: number,
+    capacity: number | readonly number[],
     tiers?: (HostKvTier | undefined)[],
   ) {
     this.#unit = unit;
     this.#tiers = tiers;
     this.hasHostTier = tiers !== undefined;
-    const bounded = Number.isFinite(capacity);
-    const size = bounded ? Math.max(1, Math.floor(capacity)) : Number.MAX_SAFE_INTEGER;
+    const capacityOf = (i: number) => typeof capacity === "number" ? capacity : capacity[i];
+    const size = (i: number) =>
+      Number.isFinite(capacityOf(i)) ? Math.max(1, Math.floor(capacityOf(i))) : Number.MAX_SAFE_INTEGER;
     this.#groups = unit === "groups"
       ? Array.from(
         { length: instanceCount },
-        () => bounded ? new LRUMap<number, true>(size) : new UnboundedIndex(),
+        (_, i) => Number.isFinite(capacityOf(i)) ? new LRUMap<number, true>(size(i)) : new UnboundedIndex(),
       )
       : [];
     this.#blocks = unit === "blocks"
       ? Array.from({ length: instanceCount }, (_, i) => {
-        const index = new KvBlockCache(size), tier = tiers?.[i];
+        const index = new KvBlockCache(size(i)), tier = tiers?.[i];
         // What the index evicts, the instance's host tier is believed to hold.
         if (tier !== undefined) index.onRunChange = (key, cached) => tier.gpuChanged(key, cached);
         return index;

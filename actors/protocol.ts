@@ -191,6 +191,8 @@ export interface KvArrived {
 export interface PdAbandoned {
   readonly type: "pd_abandoned";
   readonly requestId: number;
+  /** The router, for the status report that lets go of the request (the decode instance may have had no `serve` yet). */
+  readonly replyTo: ActorRef<InstanceStatus>;
 }
 
 /** Commands the FIFO serving instance accepts. */

@@ -168,6 +168,15 @@ export class InstanceTable implements RouterView {
     return this.cacheView.hostMatchedBlocks!(instance, this.#keys(request), matched);
   }
 
+  /**
+   * Leading keyed blocks of `request` the view believes cached at `instance`
+   * (as `matchedBlocks`), read by the router itself: it does not count as the
+   * policy consulting the cache.
+   */
+  believedBlocks(instance: number, request: Request): number {
+    return this.#matched(instance, request);
+  }
+
   /** Starts a routing decision: forgets what the previous one consulted. */
   startDecision(): void {
     this.#consulted = CONSULTED_NOTHING;
@@ -407,7 +416,7 @@ export class Router implements Actor<RouterCommand> {
     const decode = this.#decode!;
     const d = this.#choose(decode, request, ctx, message.type);
     const prompt = request.prefixTokens + request.suffixTokens;
-    const cached = Math.min(decode.view.matchedBlocks(d, request) * decode.view.blockTokens, prompt);
+    const cached = Math.min(decode.view.believedBlocks(d, request) * decode.view.blockTokens, prompt);
     if (prompt - cached < pd.localPrefillTokens) {
       // Little to prefill: the decode instance does it all.
       return this.#serve(decode, d, request, ctx, this.#note(decode, d, request));

@@ -156,11 +156,14 @@ export function buildInstance(
     : pool.role === "decode"
     ? config.decodePolicy
     : undefined;
+  // Decode-first with local prefill: the router itself reads the decode instances' blocks.
+  const routerReadsBlocks = pool.role === "decode" && config.router.pdFlow === "decode-first" &&
+    (config.router.pdLocalPrefillTokens ?? 0) > 0;
   return instanceModel(config.instances.model).create(
     index,
     instances,
     metrics,
-    statusReporting(config, pluginPolicy, policy),
+    statusReporting(config, pluginPolicy, policy, routerReadsBlocks),
   );
 }
 
@@ -258,9 +261,11 @@ export function routerOptions(
       ? undefined
       : fleetPools(instances).flatMap((p) => Array.from({ length: p.count }, () => p.engine)));
   const count = fleet?.length ?? instances.count;
-  // The approximate view's default capacity: each pool's own (the first instance's, for a fleet).
+  // The approximate view's default capacity: each instance's own cache's.
   const cacheCapacity = router.approxCapacity === null ? Infinity : router.approxCapacity ??
-    model.cacheCapacity(fleet === undefined ? instances : { ...instances, engine: fleet[0] });
+    (fleet === undefined
+      ? model.cacheCapacity(instances)
+      : fleet.map((engine) => model.cacheCapacity({ ...instances, engine })));
   return {
     blockTokens: instances.engine.blockTokens,
     cacheUnit: model.cacheUnit,
@@ -278,13 +283,15 @@ export function routerOptions(
 /**
  * How instances report to the router: as often and as late as the config
  * says, with block events only when an exact view of block-caching instances
- * serves a policy that reads blocks, and load signals only for one that
- * reads them (a plugin, `pluginPolicy`, may read anything).
+ * serves a policy that reads blocks (or the router reads them itself,
+ * `routerReadsBlocks`: decode-first's local-prefill test), and load signals
+ * only for one that reads them (a plugin, `pluginPolicy`, may read anything).
  */
 export function statusReporting(
   config: SimulationConfig,
   pluginPolicy = false,
   policy: PolicySpec = config.policy,
+  routerReadsBlocks = false,
 ): StatusReportingOptions {
   const { router, instances } = config;
   const reads = pluginPolicy ? { blocks: true, load: true } : policyReads(policy.name);
@@ -292,7 +299,7 @@ export function statusReporting(
     intervalMs: router.statusIntervalMs,
     delayMs: router.networkDelayMs,
     blockEvents: router.cacheView === "exact" && instanceModel(instances.model).cacheUnit === "blocks" &&
-      reads.blocks,
+      (reads.blocks || routerReadsBlocks),
     loadSignals: reads.load,
   };
 }

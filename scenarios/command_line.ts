@@ -307,7 +307,10 @@ function joinNegativeValues(args: readonly string[], options: ParseArgsConfig["o
 export async function configFromFlags(values: Record<string, unknown>): Promise<SimulationConfig> {
   const pluginPool = pluginFlag(values)?.pool;
   const file = typeof values.scenario === "string" ? await readJsonFile(values.scenario) : {};
-  const base = withoutPoolPolicy(withoutOtherPolicy(file, values.policy), pluginPool);
+  const base = withoutFileCount(
+    withoutPoolPolicy(withoutOtherPolicy(file, values.policy), pluginPool),
+    values,
+  );
   const flags = new FlagOverrides();
   setStringFlags(values, flags);
   setPoolPolicyFlags(values, flags, pluginPool);
@@ -463,6 +466,16 @@ function setTraceFlags(values: Record<string, unknown>, base: unknown, flags: Fl
       throw new UsageError(`${flag}: needs --trace FILE (or workload.trace in the scenario file)`);
     }
   }
+}
+
+/** The scenario file without its `instances.count` when the pool flags replace the fleet (as `--instances` would). */
+function withoutFileCount(file: unknown, values: Record<string, unknown>): unknown {
+  const instances = (file as { instances?: Record<string, unknown> } | null)?.instances;
+  if (!POOL_FLAGS.some((flag) => typeof values[flag] === "string") || instances?.count === undefined) {
+    return file;
+  }
+  const { count: _count, ...rest } = instances;
+  return { ...(file as Record<string, unknown>), instances: rest };
 }
 
 /** `--prefill-instances N --decode-instances M`: a prefill pool and a decode pool, replacing the file's pools. */

@@ -448,6 +448,14 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
       }" too (a disaggregated fleet needs both)`,
     });
   }
+  const total = pools.reduce((n, p) => n + p.count, 0);
+  if (total > 10_000) {
+    ctx.addIssue({
+      code: "custom",
+      path: ["instances", "pools"],
+      message: `expected at most 10000 instances in all (as instances.count), got ${total}`,
+    });
+  }
   const blockTokens = instances.engine.blockTokens;
   const shape = (p: PoolConfig) => kvBytesPerToken(ENGINE_PRESETS[p.engine.preset].shape);
   pools.forEach((p, i) => {
@@ -526,7 +534,7 @@ export function describeIssue(issue: z.core.$ZodIssue, input: unknown, path: rea
 function unusedSetting(
   input: unknown,
   config: SimulationConfig,
-): { path: string[]; reason: string } | undefined {
+): { path: (string | number)[]; reason: string } | undefined {
   const given = (path: string[]) => valueAt(input, path) !== undefined;
   // The engine drives the models that cache KV blocks; cacheCapacity (in prefix groups) the others.
   const cachesBlocks = instanceModel(config.instances.model).cacheUnit === "blocks";
@@ -567,7 +575,7 @@ function unusedSetting(
 function disaggregationSetting(
   input: unknown,
   config: SimulationConfig,
-): { path: string[]; reason: string } | undefined {
+): { path: (string | number)[]; reason: string } | undefined {
   const given = (path: string[]) => valueAt(input, path) !== undefined;
   if (config.instances.pools !== undefined && given(["instances", "count"])) {
     return {
@@ -575,6 +583,8 @@ function disaggregationSetting(
       reason: "not used with instances.pools (the fleet is their counts' total)",
     };
   }
+  const host = hostTierSetting(input, config);
+  if (host) return host;
   const disaggregated = config.instances.pools?.some((p) => p.role !== "both") ?? false;
   const paths = [["instances", "kvTransfer"], ["prefillPolicy"], ["decodePolicy"], ["router", "pdFlow"], [
     "router",
@@ -593,6 +603,27 @@ function disaggregationSetting(
       path: ["router", "pdLocalPrefillTokens"],
       reason: 'used only with router.pdFlow "decode-first"',
     };
+  }
+  return undefined;
+}
+
+/** A host tier's bandwidth given where no host tier is (`hostKvBlocks` 0): it would be ignored. */
+function hostTierSetting(
+  input: unknown,
+  config: SimulationConfig,
+): { path: (string | number)[]; reason: string } | undefined {
+  const reason = "used only with a host KV tier (instances.engine.hostKvBlocks > 0)";
+  const pools = config.instances.pools;
+  const base = ["instances", "engine", "hostKvGbps"];
+  const hasTier = (pools?.map((p) => p.engine) ?? [config.instances.engine]).some((e) =>
+    (e.hostKvBlocks ?? 0) > 0
+  );
+  if (valueAt(input, base) !== undefined && !hasTier) return { path: base, reason };
+  for (let i = 0; i < (pools?.length ?? 0); i++) {
+    const path = ["instances", "pools", i, "engine", "hostKvGbps"];
+    if (valueAt(input, path) !== undefined && (pools![i].engine.hostKvBlocks ?? 0) === 0) {
+      return { path, reason };
+    }
   }
   return undefined;
 }

@@ -6,7 +6,9 @@
  */
 import { assert, assertAlmostEquals, assertEquals, assertStringIncludes, assertThrows } from "@std/assert";
 import fc from "fast-check";
+import { ApproximateCacheView } from "../actors/cache_view.ts";
 import { ENGINE_PRESETS, kvBytesPerToken } from "../actors/engine_presets.ts";
+import { blockKeys } from "../actors/prefix_keys.ts";
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
 import { parseScenario, type ScenarioInput } from "../scenarios/scenario.ts";
 import { UsageError } from "../scenarios/usage_error.ts";
@@ -129,9 +131,15 @@ Deno.test("requests are conserved under both flows, early stops and drops (prope
           workload: { requests: 120, ratePerSec: 60 },
           ...(untilMs === undefined ? {} : { untilMs }),
         });
-        const r = simulate(config); // checks conservation itself, and throws if it fails
+        let held = -1;
+        const r = simulate(config, {
+          // checks conservation itself, and throws if it fails
+          inspect: ({ router }) =>
+            held = [...router.view.inFlight, ...router.decodeView!.inFlight].reduce((x, y) => x + y, 0),
+        });
         assertEquals(r.completed + r.dropped + r.inFlight, r.requests);
-        if (untilMs === undefined) assertEquals(r.inFlight, 0);
+        // Finished, every pool's view has let go of every request.
+        if (untilMs === undefined) assertEquals([r.inFlight, held], [0, 0]);
       },
     ),
     { numRuns: 40 },
@@ -319,4 +327,114 @@ Deno.test("the disaggregation flags: both pools or neither, never beside --insta
   assertEquals(code, 0);
   const r = JSON.parse(stdout);
   assertEquals([r.completed, r.kvTransferMeanMs], [50, 0]);
+});
+
+Deno.test("after a whole run, every pool's view holds nothing in flight (drops on either leg included)", () => {
+  for (const pdFlow of ["prefill-first", "decode-first"] as const) {
+    // Prefill instances too small for any prompt: every prefill leg is dropped (too_long).
+    const config = disaggregated(1, 2, {
+      router: { pdFlow },
+      decodePolicy: { name: "least_load" },
+      instances: {
+        pools: [{ role: "prefill", count: 1, engine: { kvBlocks: 10 } }, { role: "decode", count: 2 }],
+      },
+      workload: { requests: 30, ratePerSec: 20 },
+    });
+    let views: (readonly number[])[] = [];
+    const r = simulate(config, {
+      inspect: ({ router }) => views = [[...router.view.inFlight], [...router.decodeView!.inFlight]],
+    });
+    assertEquals([r.dropped, r.droppedByReason.too_long], [30, 30]);
+    assertEquals(views, [[0], [0, 0]], pdFlow);
+  }
+});
+
+Deno.test("decode-first prefills locally by the decode pool's cache even when its policy ignores caches", () => {
+  const config = disaggregated(2, 2, {
+    router: { pdFlow: "decode-first", pdLocalPrefillTokens: 512 },
+    policy: { name: "round_robin" },
+    decodePolicy: { name: "least_load" },
+    workload: {
+      requests: 200,
+      ratePerSec: 10,
+      prefix: { groups: 1, sharedFrac: 1, tokens: 1024 },
+      suffixTokens: { dist: "constant", value: 100 },
+    },
+  });
+  const r = simulate(config);
+  const prefilledRemotely = r.perInstanceCompleted[0] + r.perInstanceCompleted[1];
+  // Once each decode instance holds the shared prefix, only 100 tokens are uncached there: local prefill.
+  assert(prefilledRemotely > 0 && prefilledRemotely <= 4, `remote prefills ${prefilledRemotely}`);
+  // Cache-blind policies in both pools: the router's own reading of the decode pool's cache is not the policy's.
+  assertEquals(r.expectedTokenHitRate, null);
+});
+
+Deno.test("a decode leg preempted while its KV is on the way still counts its transfer and its prefill", () => {
+  const config = disaggregated(2, 1, {
+    instances: {
+      kvTransfer: { gbps: 1, latencyMs: 0 },
+      pools: [{ role: "prefill", count: 2 }, { role: "decode", count: 1, engine: { kvBlocks: 300 } }],
+    },
+    workload: { requests: 300, ratePerSec: 30, outputTokens: { dist: "constant", value: 64 } },
+  });
+  const r = simulate(config);
+  assert(r.preemptions > 0, "the scenario preempts");
+  assertEquals(r.completed, 300);
+  assertEquals(r.perInstanceCompleted[0] + r.perInstanceCompleted[1], 300); // every prefill credited
+});
+
+Deno.test("a mixed fleet's approximate view gives each instance its own cache's size", () => {
+  const view = new ApproximateCacheView(2, "blocks", [4, 100]);
+  const request = {
+    id: 0,
+    arrivalMs: 0,
+    prefixGroup: 3,
+    prefixTokens: 160,
+    suffixTokens: 16,
+    outputTokens: 1,
+  };
+  const keys = blockKeys(request, 16);
+  view.routed(0, request, keys);
+  view.routed(1, request, keys);
+  assertEquals([view.matchedBlocks(0, request, keys), view.matchedBlocks(1, request, keys)], [4, 10]);
+});
+
+Deno.test("fleet settings that would be ignored or exceed the limits are refused", async () => {
+  const cases: [ScenarioInput, string][] = [
+    [
+      { instances: { model: "batching", engine: { hostKvGbps: 100 } } },
+      "scenario.instances.engine.hostKvGbps: used only with a host KV tier",
+    ],
+    [
+      { instances: { model: "batching", pools: [{ count: 1, engine: { hostKvGbps: 100 } }] } },
+      "scenario.instances.pools[0].engine.hostKvGbps: used only with a host KV tier",
+    ],
+    [
+      { instances: { model: "batching", pools: [{ count: 6000 }, { count: 6000 }] } },
+      "scenario.instances.pools: expected at most 10000 instances in all",
+    ],
+  ];
+  for (const [input, message] of cases) {
+    assertStringIncludes(assertThrows(() => parseScenario(input), UsageError).message, message);
+  }
+  // The pool flags replace a scenario file's instance count, as --instances would.
+  const file = await Deno.makeTempFile({ suffix: ".json" });
+  try {
+    await Deno.writeTextFile(file, JSON.stringify({ instances: { model: "batching", count: 8 } }));
+    const out = await runCli(
+      "--scenario",
+      file,
+      "--prefill-instances",
+      "1",
+      "--decode-instances",
+      "1",
+      "--requests",
+      "20",
+      "--json",
+    );
+    assertEquals(out.code, 0, out.stderr);
+    assertEquals(JSON.parse(out.stdout).completed, 20);
+  } finally {
+    await Deno.remove(file);
+  }
 });
