@@ -2,19 +2,7 @@ import { assertAlmostEquals, assertEquals } from "@std/assert";
 import { coefficientOfVariation, MetricsCollector, rangeOverMean } from "../actors/metrics_collector.ts";
 import type { CompletionRecord, MetricsCommand } from "../actors/protocol.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
-
-const record = (over: Partial<CompletionRecord>): CompletionRecord => ({
-  requestId: 0,
-  instance: 0,
-  arrivalMs: 0,
-  startMs: 0,
-  firstTokenMs: 10,
-  endMs: 10,
-  promptTokens: 100,
-  cachedTokens: 0,
-  outputTokens: 1,
-  ...over,
-});
+import { record } from "./_records.ts";
 
 Deno.test("metrics collector summarises TTFT, waits, hits and imbalance exactly", () => {
   const kernel = new Kernel();

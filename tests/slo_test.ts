@@ -4,6 +4,7 @@
  * stream of their own (arrivals unchanged), and the FIFO model serves the
  * higher priority first.
  */
+import { record as completionRecord } from "./_records.ts";
 import {
   assert,
   assertAlmostEquals,
@@ -234,18 +235,8 @@ Deno.test("the collector's SLO rule: TTFT ≤ its SLO, and TPOT ≤ its SLO unle
     classes: [{ name: "x", share: 1, sloTtftMs: 5 }, { name: "y", share: 1 }],
   });
   const ref = kernel.spawn<MetricsCommand>("metrics", collector);
-  const record = (over: Partial<CompletionRecord>): CompletionRecord => ({
-    requestId: 0,
-    instance: 0,
-    arrivalMs: 0,
-    startMs: 0,
-    firstTokenMs: 10,
-    endMs: 10,
-    promptTokens: 1,
-    cachedTokens: 0,
-    outputTokens: 1,
-    ...over,
-  });
+  const record = (over: Partial<CompletionRecord>): CompletionRecord =>
+    completionRecord({ promptTokens: 1, ...over });
   const records = [
     record({ sloClass: 1 }), // TTFT 10 = SLO, one output token: met
     record({ sloClass: 1, outputTokens: 3, endMs: 14 }), // TPOT 2 = SLO: met
