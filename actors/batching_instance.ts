@@ -11,7 +11,7 @@ import { HostKvTier } from "./host_kv_tier.ts";
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
 import { ENGINE_PRESETS, kvBytesPerToken } from "./engine_presets.ts";
-import { InstanceActor, type InstanceModel, type InstancesConfig } from "./instance_model.ts";
+import { InstanceActor, type InstanceModel, type KvTransferConfig } from "./instance_model.ts";
 import {
   assertNever,
   type BatchingCommand,
@@ -53,32 +53,48 @@ export interface BatchingInstanceOptions {
   readonly prefixCaching: boolean;
   /** Requests that may wait for admission; more are dropped (`queue_full`). */
   readonly maxQueue: number;
-  /** The outbound KV link, for the prefill leg of disaggregated requests. @default {@linkcode NO_LINK} */
-  readonly kvLink?: KvLinkOptions;
+  /** The outbound KV link, for the prefill leg of disaggregated requests. @default free: unlimited, no latency */
+  readonly kvLink?: KvTransferConfig;
   /** Host-memory KV tier, blocks (0: none). @default 0 */
   readonly hostKvBlocks?: number;
   /** Bandwidth of loads from the host tier, gigabits per second. @default 512 */
   readonly hostKvGbps?: number;
-  /** KV bytes per token, for host-tier loads (the preset's model shape). @default 57344 (Qwen2.5-7B) */
+  /** KV bytes per token, for transfers and host-tier loads (the preset's model shape). @default 57344 (Qwen2.5-7B) */
   readonly bytesPerToken?: number;
 }
 
 /**
- * A prefill instance's one outbound link, on which KV transfers queue: a
- * transfer of n tokens occupies it n × `bytesPerToken` × 8 / (`gbps` × 10⁹)
- * s, and arrives `latencyMs` after it leaves (design.md, "Disaggregated serving").
+ * A link on which KV transfers queue, one at a time in request order (a
+ * prefill instance's outbound link; the host tier's PCIe link): a transfer of
+ * n tokens occupies it n × bytes per token × 8 / (Gb/s × 10⁹) s and arrives
+ * `latencyMs` after it leaves (design.md, "Disaggregated serving").
  */
-export interface KvLinkOptions {
-  /** KV bytes per token (the preset's model shape). */
-  readonly bytesPerToken: number;
-  /** Bandwidth, gigabits per second; Infinity for unlimited. */
-  readonly gbps: number;
-  /** Fixed latency of every transfer, ms. */
-  readonly latencyMs: number;
-}
+class KvLink {
+  /** When the link is next free, ms. */
+  #freeMs = 0;
 
-/** A link that costs nothing (an instance that never prefills for another). */
-export const NO_LINK: KvLinkOptions = Object.freeze({ bytesPerToken: 0, gbps: Infinity, latencyMs: 0 });
+  constructor(
+    readonly bytesPerToken: number,
+    readonly gbps: number,
+    readonly latencyMs: number,
+  ) {}
+
+  /** Queues a transfer of `tokens` at `nowMs`; returns when it starts on the link (its arrival: {@linkcode arrivalMs}). */
+  reserve(tokens: number, nowMs: number): number {
+    const startMs = Math.max(nowMs, this.#freeMs);
+    this.#freeMs = startMs + this.#wireMs(tokens);
+    return startMs;
+  }
+
+  /** When a transfer of `tokens` that started at `startMs` arrives. */
+  arrivalMs(tokens: number, startMs: number): number {
+    return startMs + this.#wireMs(tokens) + this.latencyMs;
+  }
+
+  #wireMs(tokens: number): number {
+    return tokens * this.bytesPerToken * 8e-6 / this.gbps;
+  }
+}
 
 /** The batching model's own messages: its timers and the disaggregated legs' KV handshake. */
 type Own =
@@ -121,12 +137,10 @@ interface Sequence {
   readonly keyedBlocks: number;
   /** Disaggregated: the leg served here (absent: the whole request). */
   leg: PdLeg | undefined;
-  /** Decode leg: its KV is being pulled; the engine skips it until it arrives. */
-  pulling: boolean;
+  /** Its KV is on the way (a decode leg's pull, a host-tier load): the engine skips it until it arrives. */
+  awaitingKv: boolean;
   /** Prefill leg: its prefill finished; it leaves the engine and waits for its pull. */
   handOff: boolean;
-  /** Prompt tokens the decode leg found cached here (so not transferred). */
-  localTokens: number;
   /** Prompt tokens loaded from the host tier at admission. */
   hostTokens: number;
   kvTransferMs: number;
@@ -197,15 +211,14 @@ export class BatchingInstance extends InstanceActor<Own> {
   readonly #held = new Map<number, Sequence>();
   /** Decode legs whose KV is on its way, by request id. */
   readonly #pulling = new Map<number, Sequence>();
-  /** When the outbound link is next free, ms. */
-  #linkFreeMs = 0;
-  readonly #link: KvLinkOptions;
+  /** The outbound link, for the prefill legs' KV. */
+  readonly #link: KvLink;
   /** The host-memory tier, if any; blocks evicted from GPU go there. */
   readonly host: HostKvTier | undefined;
   /** Sequences whose prefix is loading from the host tier, by request id. */
   readonly #loading = new Map<number, Sequence>();
-  /** When the host link (PCIe) is next free, ms. */
-  #hostLinkFreeMs = 0;
+  /** The host tier's link (PCIe), for loads. */
+  readonly #hostLink: KvLink;
 
   constructor(
     index: number,
@@ -215,7 +228,9 @@ export class BatchingInstance extends InstanceActor<Own> {
   ) {
     super(index, metrics, reporting);
     this.#options = options;
-    this.#link = options.kvLink ?? NO_LINK;
+    const bytesPerToken = options.bytesPerToken ?? 57344;
+    this.#link = new KvLink(bytesPerToken, options.kvLink?.gbps ?? Infinity, options.kvLink?.latencyMs ?? 0);
+    this.#hostLink = new KvLink(bytesPerToken, options.hostKvGbps ?? 512, 0);
     this.cache = new KvBlockCache(options.kvBlocks, options.prefixCaching);
     const host = this.host = (options.hostKvBlocks ?? 0) > 0
       ? new HostKvTier(options.hostKvBlocks!)
@@ -344,15 +359,15 @@ export class BatchingInstance extends InstanceActor<Own> {
   #pull(message: KvPull, ctx: ActorContext<BatchingCommand>): void {
     const now = ctx.now();
     if (message.tokens < 0) return this.#letGo(message.requestId, now, ctx);
-    const link = this.#link;
-    const wireMs = message.tokens * link.bytesPerToken * 8e-6 / link.gbps;
-    const startMs = Math.max(now, this.#linkFreeMs);
-    this.#linkFreeMs = startMs + wireMs;
+    const startMs = this.#link.reserve(message.tokens, now);
     const seq = this.#held.get(message.requestId)!;
     seq.pulledMs = now;
     seq.linkStartMs = startMs;
     seq.pulledBy = message.replyTo;
-    ctx.scheduleAt(startMs + wireMs + link.latencyMs, { type: "kv_sent", requestId: message.requestId });
+    ctx.scheduleAt(this.#link.arrivalMs(message.tokens, startMs), {
+      type: "kv_sent",
+      requestId: message.requestId,
+    });
   }
 
   /** A transfer left the link and arrived: the KV is freed here, and its decode instance told. */
@@ -387,9 +402,9 @@ export class BatchingInstance extends InstanceActor<Own> {
     this.#pulling.delete(message.requestId);
     seq.kvTransferMs = message.transferMs;
     seq.kvQueueMs = message.queueMs;
-    if (!seq.pulling) return; // preempted while pulling: it recomputes here instead
+    if (!seq.awaitingKv) return; // preempted while pulling: it recomputes here instead
     if (this.#stretch !== undefined) this.#endStretch(ctx);
-    seq.pulling = false;
+    seq.awaitingKv = false;
     this.#publishPrompt(seq, ctx.now());
     if (!this.#stepping) this.#startStep(ctx);
   }
@@ -400,13 +415,9 @@ export class BatchingInstance extends InstanceActor<Own> {
    * until they arrive on the host link (one load at a time).
    */
   #loadFromHost(seq: Sequence, blocks: number, ctx: ActorContext<BatchingCommand>): void {
-    const B = this.#options.blockTokens, now = ctx.now();
-    const gbps = this.#options.hostKvGbps ?? 512, bytesPerToken = this.#options.bytesPerToken ?? 57344;
-    const wireMs = blocks * B * bytesPerToken * 8e-6 / gbps;
-    const startMs = Math.max(now, this.#hostLinkFreeMs);
-    this.#hostLinkFreeMs = startMs + wireMs;
-    seq.pulling = true;
-    seq.loadedMs = startMs + wireMs;
+    const tokens = blocks * this.#options.blockTokens;
+    seq.awaitingKv = true;
+    seq.loadedMs = this.#hostLink.arrivalMs(tokens, this.#hostLink.reserve(tokens, ctx.now()));
     this.#loading.set(seq.request.id, seq);
     ctx.scheduleAt(seq.loadedMs, { type: "host_loaded", requestId: seq.request.id });
   }
@@ -418,7 +429,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (seq === undefined || ctx.now() < seq.loadedMs) return;
     this.#loading.delete(requestId);
     if (this.#stretch !== undefined) this.#endStretch(ctx);
-    seq.pulling = false;
+    seq.awaitingKv = false;
     if (!this.#stepping) this.#startStep(ctx);
   }
 
@@ -505,9 +516,8 @@ export class BatchingInstance extends InstanceActor<Own> {
       blockKeys: keys,
       keyedBlocks: keys.count,
       leg: command.leg,
-      pulling: false,
+      awaitingKv: false,
       handOff: false,
-      localTokens: 0,
       hostTokens: 0,
       kvTransferMs: -1,
       kvQueueMs: -1,
@@ -526,7 +536,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     const running = this.#running;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const seq = running[i];
-      if (seq.pulling) continue;
+      if (seq.awaitingKv) continue;
       if (seq.computed < seq.target) {
         seq.chunk = Math.min(seq.target - seq.computed, budget);
         budget -= seq.chunk;
@@ -552,7 +562,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       this.#waitingHead++;
       this.#waitingPromptTokens -= this.#toPrefill(seq);
       running.push(seq);
-      if (seq.pulling) continue;
+      if (seq.awaitingKv) continue;
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
       prefillTokens += seq.chunk;
@@ -737,9 +747,8 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (leg?.phase === "decode") {
       // Its KV comes from the prefill instance: all but the blocks held here.
       const local = Math.min(hits * B, seq.target);
-      seq.localTokens = local;
       seq.computed = seq.target;
-      seq.pulling = true;
+      seq.awaitingKv = true;
       seq.cachedTokens = leg.prefill.cachedTokens;
       seq.hostTokens = leg.prefill.hostCachedTokens;
       seq.startMs = leg.prefill.startMs;
@@ -778,10 +787,10 @@ export class BatchingInstance extends InstanceActor<Own> {
    */
   #preempt(seq: Sequence): void {
     this.#running.pop();
-    if (seq.pulling) {
+    if (seq.awaitingKv) {
       // A pull stays registered: its transfer still ends, and is still measured (#arrived).
       this.#loading.delete(seq.request.id);
-      seq.pulling = false;
+      seq.awaitingKv = false;
     }
     if (seq.leg?.phase === "decode") seq.leg = undefined;
     if (seq.generated === 0) this.#prefilling--;
@@ -926,14 +935,6 @@ export class BatchingInstance extends InstanceActor<Own> {
   }
 }
 
-/** An instance's outbound KV link in a disaggregated fleet: the run's bandwidth and latency, its model's bytes per token. */
-function kvLink(config: InstancesConfig): KvLinkOptions | undefined {
-  const transfer = config.kvTransfer;
-  if (transfer === undefined) return undefined;
-  const bytesPerToken = kvBytesPerToken(ENGINE_PRESETS[config.engine.preset].shape);
-  return { bytesPerToken, gbps: transfer.gbps, latencyMs: transfer.latencyMs };
-}
-
 /** The continuous-batching model, described for the registry (actors/instance_models.ts). */
 export const model: InstanceModel<"batching"> = {
   name: "batching",
@@ -950,7 +951,7 @@ export const model: InstanceModel<"batching"> = {
       {
         ...config.engine,
         maxQueue: config.maxQueue,
-        kvLink: kvLink(config),
+        kvLink: config.kvTransfer,
         bytesPerToken: kvBytesPerToken(ENGINE_PRESETS[config.engine.preset].shape),
       },
       metrics,

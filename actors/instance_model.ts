@@ -75,22 +75,23 @@ export function fleetPools(instances: InstancesConfig): readonly PoolConfig[] {
     [{ name: "fleet", role: "both", count: instances.count, engine: instances.engine }];
 }
 
-/** The pool instance `index` of the fleet is in, and its index among the pool's instances. */
-export function poolOfInstance(
-  instances: InstancesConfig,
-  index: number,
-): { readonly pool: PoolConfig; readonly at: number; readonly poolIndex: number } {
-  const pools = fleetPools(instances);
+/** The pool instance `index` of the fleet is in (instances are numbered pool by pool). */
+export function poolOfInstance(instances: InstancesConfig, index: number): PoolConfig {
   let first = 0;
-  for (let p = 0; p < pools.length; p++) {
-    if (index < first + pools[p].count) return { pool: pools[p], at: index - first, poolIndex: p };
-    first += pools[p].count;
+  for (const pool of fleetPools(instances)) {
+    if (index < first + pool.count) return pool;
+    first += pool.count;
   }
   throw new RangeError(`instance ${index} is beyond the fleet's ${first} instances`);
 }
 
+/** The pool of every instance of the fleet, in instance order. */
+export function instancePools(instances: InstancesConfig): PoolConfig[] {
+  return fleetPools(instances).flatMap((pool) => Array.from({ length: pool.count }, () => pool));
+}
+
 /** Whether the fleet is disaggregated (it has prefill and decode pools). */
-export function isDisaggregated(instances: InstancesConfig): boolean {
+export function isDisaggregated(instances: Pick<InstancesConfig, "pools">): boolean {
   return instances.pools?.some((p) => p.role !== "both") ?? false;
 }
 

@@ -16,7 +16,7 @@
 import { createCacheView } from "./cache_view.ts";
 import {
   type EngineConfig,
-  fleetPools,
+  instancePools,
   type InstancesConfig,
   isDisaggregated,
   poolOfInstance,
@@ -129,13 +129,11 @@ export function buildMetrics(instanceCount: number, options: MetricsOptions = {}
 
 /** The SLOs and request classes of `config`, for {@linkcode buildMetrics}. */
 export function metricsOptions(config: SimulationConfig): MetricsOptions {
-  const pools = config.instances.pools;
-  const split = pools !== undefined && pools.some((p) => p.role !== "both");
   return {
     slo: config.slo,
     classes: config.workload.classes,
-    pools: split
-      ? pools.flatMap((p) => Array.from({ length: p.count }, () => (p.role === "prefill" ? 0 : 1)))
+    pools: isDisaggregated(config.instances)
+      ? instancePools(config.instances).map((p) => p.role === "prefill" ? 0 : 1)
       : undefined,
   };
 }
@@ -147,7 +145,7 @@ export function buildInstance(
   metrics: ActorRef<MetricsCommand>,
   pluginPolicy: boolean,
 ): ServingActor {
-  const { pool } = poolOfInstance(config.instances, index);
+  const pool = poolOfInstance(config.instances, index);
   const instances = config.instances.pools === undefined
     ? config.instances
     : { ...config.instances, engine: pool.engine };
@@ -195,15 +193,10 @@ function disaggregation(
   policies: PoolPolicies,
 ): Disaggregation | undefined {
   if (!isDisaggregated(config.instances)) return undefined;
+  const pools = instancePools(config.instances);
   const pool = (role: "prefill" | "decode", own: RoutingPolicy | undefined): RoutingPool => {
-    const members: number[] = [], engines: EngineConfig[] = [];
-    let first = 0;
-    for (const p of fleetPools(config.instances)) {
-      if (p.role === role) {
-        for (let i = 0; i < p.count; i++) members.push(first + i), engines.push(p.engine);
-      }
-      first += p.count;
-    }
+    const members = pools.flatMap((p, i) => p.role === role ? [i] : []);
+    const engines = members.map((i) => pools[i].engine);
     return { members, policy: own ?? policy, table: routerOptions(config, engines) };
   };
   return {
@@ -257,9 +250,7 @@ export function routerOptions(
   const { instances, router } = config;
   const model = instanceModel(instances.model);
   const fleet = engines ??
-    (instances.pools === undefined
-      ? undefined
-      : fleetPools(instances).flatMap((p) => Array.from({ length: p.count }, () => p.engine)));
+    (instances.pools === undefined ? undefined : instancePools(instances).map((p) => p.engine));
   const count = fleet?.length ?? instances.count;
   // The approximate view's default capacity: each instance's own cache's.
   const cacheCapacity = router.approxCapacity === null ? Infinity : router.approxCapacity ??

@@ -22,7 +22,13 @@ import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
 import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import { instanceModel, MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
-import type { EngineConfig, KvTransferConfig, PoolConfig, PoolRole } from "../actors/instance_model.ts";
+import {
+  type EngineConfig,
+  isDisaggregated,
+  type KvTransferConfig,
+  type PoolConfig,
+  type PoolRole,
+} from "../actors/instance_model.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
@@ -119,13 +125,13 @@ const trace = z.strictObject({
     }
 );
 
-/**
- * An SLO, ms: any number > 0, no upper bound. `Infinity` (the command line's
- * `inf`; JSON cannot hold it) is met by every completed request.
- */
-const sloMs = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
+/** A number > 0, or `Infinity` (the command line's `inf`; JSON cannot hold it). */
+const positiveOrInfinite = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
   error: "expected a number > 0",
 });
+
+/** An SLO, ms: any number > 0, no upper bound; `Infinity` is met by every completed request. */
+const sloMs = positiveOrInfinite;
 
 /** `slo`: the SLOs of every request its class does not override. */
 const slo = z.strictObject({ ttftMs: sloMs.optional(), tpotMs: sloMs.optional() });
@@ -198,11 +204,6 @@ const policy = z.preprocess(
 /** A policy of a disaggregated fleet's pool (`prefillPolicy`, `decodePolicy`): as `policy`, absent = `policy`. */
 const poolPolicy = policy.optional();
 
-/** A number > 0, or `Infinity` (the command line's `inf`; JSON cannot hold it). */
-const positiveOrInfinite = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
-  error: "expected a number > 0",
-});
-
 /** `instances.engine`: a preset and overrides of its values, resolved into a complete engine. */
 const engine = z.strictObject({
   preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
@@ -233,6 +234,12 @@ const engine = z.strictObject({
     hostKvBlocks: e.hostKvBlocks,
     hostKvGbps: e.hostKvGbps,
   };
+});
+
+/** `instances.kvTransfer`: a disaggregated fleet's KV link, each field at its default when absent. */
+const kvTransfer = z.strictObject({
+  gbps: positiveOrInfinite.default(400),
+  latencyMs: z.number().min(0).default(0.02),
 });
 
 /**
@@ -276,12 +283,12 @@ function resolveFleet<
   const pools = instances.pools;
   if (pools === undefined) return instances as I & { pools?: PoolConfig[] };
   const named: PoolConfig[] = pools.map((p, i) => ({ ...p, name: p.name ?? `${p.role}-${i}` }));
-  const disaggregated = named.some((p) => p.role !== "both");
   return {
     ...instances,
     count: named.reduce((total, p) => total + p.count, 0),
     pools: named,
-    kvTransfer: instances.kvTransfer ?? (disaggregated ? { gbps: 400, latencyMs: 0.02 } : undefined),
+    kvTransfer: instances.kvTransfer ??
+      (isDisaggregated({ pools: named }) ? kvTransfer.parse({}) : undefined),
   };
 }
 
@@ -320,10 +327,7 @@ export const scenarioSchema = z.strictObject({
       model: z.enum(MODEL_NAMES).default(MODEL_NAMES[0]),
       engine,
       pools: z.array(pool).min(1).max(64).optional(),
-      kvTransfer: z.strictObject({
-        gbps: positiveOrInfinite.default(400),
-        latencyMs: z.number().min(0).default(0.02),
-      }).optional(),
+      kvTransfer: kvTransfer.optional(),
     }).transform(resolveFleet),
   ).prefault({}),
   workload: z.strictObject({
@@ -448,12 +452,12 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
       }" too (a disaggregated fleet needs both)`,
     });
   }
-  const total = pools.reduce((n, p) => n + p.count, 0);
-  if (total > 10_000) {
+  // `count` is the pools' total (resolveFleet).
+  if (instances.count > 10_000) {
     ctx.addIssue({
       code: "custom",
       path: ["instances", "pools"],
-      message: `expected at most 10000 instances in all (as instances.count), got ${total}`,
+      message: `expected at most 10000 instances in all (as instances.count), got ${instances.count}`,
     });
   }
   const blockTokens = instances.engine.blockTokens;
@@ -585,7 +589,7 @@ function disaggregationSetting(
   }
   const host = hostTierSetting(input, config);
   if (host) return host;
-  const disaggregated = config.instances.pools?.some((p) => p.role !== "both") ?? false;
+  const disaggregated = isDisaggregated(config.instances);
   const paths = [["instances", "kvTransfer"], ["prefillPolicy"], ["decodePolicy"], ["router", "pdFlow"], [
     "router",
     "pdLocalPrefillTokens",

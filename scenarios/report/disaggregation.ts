@@ -12,6 +12,7 @@ import { type Chart, figure, plot, SERIES_COLORS } from "./chart.ts";
 import { formatMetric } from "./run_report.ts";
 import type { ReportInputs, ReportSection } from "./section.ts";
 import { LOAD_AXES } from "./study_findings.ts";
+import { meanOrNull } from "./statistics.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
 
 /** The axis of fleet shapes this section compares. */
@@ -60,10 +61,10 @@ function seriesRows(inputs: ReportInputs, load: string): SummaryRow[] {
     const r = group[0];
     const axes = { [FLEET_AXIS]: name(r), [load]: r.axes[load], [TPOT_AXIS]: r.axes[TPOT_AXIS] };
     if (group.length === 1) return { ...r, axes };
-    const avg = (f: (r: SummaryRow) => number | null) =>
-      group.some((g) => f(g) === null) ? null : group.reduce((a, g) => a + f(g)!, 0) / group.length;
     const mean = Object.fromEntries(
-      Object.keys(r.mean).map((m) => [m, avg((g) => g.mean[m as keyof SummaryRow["mean"]])]),
+      Object.keys(r.mean).map((
+        m,
+      ) => [m, meanOrNull(group.map((g) => g.mean[m as keyof SummaryRow["mean"]]))]),
     ) as unknown as SummaryRow["mean"];
     const ci95 = Object.fromEntries(
       Object.keys(r.ci95).map((m) => [m, null]),
@@ -126,13 +127,11 @@ function latencyTable(rows: readonly SummaryRow[], load: string): string {
     }% attainment`,
     "  fleet                                      TTFT ms   TPOT ms   KV transfer ms (link wait)   token hit (GPU / host)",
   ];
-  const avg = (xs: readonly (number | null)[]) =>
-    xs.length === 0 || xs.some((x) => x === null) ? null : xs.reduce<number>((a, x) => a + x!, 0) / xs.length;
   for (const fleet of valuesOf(rows, FLEET_AXIS)) {
     const mine = rows.filter((r) =>
       r.axes[FLEET_AXIS] === fleet && (r.mean.sloAttainment ?? 0) >= ATTAINMENT_TARGET
     );
-    const m = (f: (r: SummaryRow) => number | null) => avg(mine.map(f));
+    const m = (f: (r: SummaryRow) => number | null) => mine.length === 0 ? null : meanOrNull(mine.map(f));
     const loads = [...new Set(mine.map((r) => r.axes[load]))];
     lines.push(
       `  ${String(fleet).padEnd(40)} ${formatMetric(m((r) => r.mean.ttftMeanMs), 1).padStart(8)}  ${
