@@ -9,7 +9,7 @@
 import type { PoolRole } from "./instance_model.ts";
 import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
-import type { ServeCommand } from "./protocol.ts";
+import type { MetricsCommand, ServeCommand } from "./protocol.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
 import type { DescribedActor } from "./runtime/worker_host.ts";
 import { buildInstance, buildMetrics, buildRouter, buildSource, type SimulationConfig } from "./topology.ts";
@@ -26,6 +26,7 @@ export async function createRouter(
   config: SimulationConfig,
   pluginUrl?: string,
   pluginPool?: Exclude<PoolRole, "both">,
+  metrics?: ActorRef<MetricsCommand>,
 ): Promise<DescribedActor> {
   const plugin = pluginUrl ? await loadPolicyModule(pluginUrl) : undefined;
   const policy = plugin && pluginPool === undefined ? plugin : createPolicy(config.policy);
@@ -33,7 +34,7 @@ export async function createRouter(
     prefill: pluginPool === "prefill" ? plugin : config.prefillPolicy && createPolicy(config.prefillPolicy),
     decode: pluginPool === "decode" ? plugin : config.decodePolicy && createPolicy(config.decodePolicy),
   };
-  return { actor: buildRouter(instances, config, policy, undefined, pools), about: policy.name };
+  return { actor: buildRouter(instances, config, policy, undefined, pools, metrics), about: policy.name };
 }
 
 /** One serving instance of the configured model (`pluginPolicy`: the router runs a plugin). */

@@ -15,7 +15,9 @@ import { InstanceActor, type InstanceModel, type KvTransferConfig } from "./inst
 import {
   assertNever,
   type BatchingCommand,
+  type CompletionRecord,
   type DropReason,
+  type InstanceStats,
   type InstanceStatus,
   type KvArrived,
   type KvPull,
@@ -219,6 +221,8 @@ export class BatchingInstance extends InstanceActor<Own> {
   readonly #loading = new Map<number, Sequence>();
   /** The host tier's link (PCIe), for loads. */
   readonly #hostLink: KvLink;
+  /** The factor on step time (a `slow` fault); 1: none. */
+  #slowdown = 1;
 
   constructor(
     index: number,
@@ -299,7 +303,7 @@ export class BatchingInstance extends InstanceActor<Own> {
         return this.#hostLoaded(message.requestId, ctx);
       case "pd_abandoned":
         this.#replyTo = message.replyTo;
-        this.finished++;
+        this.countFinished(message.replica);
         return this.#report(ctx, true);
       default:
         assertNever(message);
@@ -325,6 +329,7 @@ export class BatchingInstance extends InstanceActor<Own> {
         type: "pd_abandoned",
         requestId: command.request.id,
         replyTo: command.replyTo,
+        ...(command.replica !== undefined && { replica: command.replica }),
       });
     }
   }
@@ -348,10 +353,17 @@ export class BatchingInstance extends InstanceActor<Own> {
         replyTo: command.replyTo,
         routing: command.routing,
         leg: { phase: "decode", prefill },
+        ...(command.replica !== undefined && { replica: command.replica }),
       });
     } else {
       const router = command.replyTo as unknown as ActorRef<PrefilledCommand>;
-      ctx.send(router, { type: "prefilled", request, routing: command.routing, prefill });
+      ctx.send(router, {
+        type: "prefilled",
+        request,
+        routing: command.routing,
+        prefill,
+        ...(command.replica !== undefined && { replica: command.replica }),
+      });
     }
   }
 
@@ -390,7 +402,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     this.#account(now);
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
-    this.finished++;
+    this.countFinished(seq.command.replica);
     // The freed blocks may admit a request that was waiting for them.
     if (!this.#stepping) this.#startStep(ctx);
     this.#report(ctx, false);
@@ -577,20 +589,13 @@ export class BatchingInstance extends InstanceActor<Own> {
       // totals go out when it lets the last of them go and idles again.
       if (running.length > 0 || this.#held.size > 0) return;
       this.#account(ctx.now());
-      ctx.send(this.metrics, {
-        type: "instance_stats",
-        instance: this.index,
-        kvBlockMs: this.#kvBlockMs,
-        kvBlocks: o.kvBlocks,
-        preemptions: this.#preemptions,
-        steps: this.#steps,
-        busyMs: this.#busyMs,
-      });
+      ctx.send(this.metrics, this.#stats());
       return;
     }
     this.#stepping = true;
     this.#steps++;
-    const stepMs = o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding;
+    const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding) *
+      this.#slowdown;
     this.#busyMs += stepMs;
     const stretch = this.#coalesce && prefillTokens === 0 && decoding === running.length &&
       this.waiting === 0 &&
@@ -863,7 +868,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     this.#account(now);
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
     const { request } = seq;
-    this.complete({
+    const record: CompletionRecord = {
       requestId: request.id,
       instance: this.index,
       arrivalMs: request.arrivalMs,
@@ -879,7 +884,43 @@ export class BatchingInstance extends InstanceActor<Own> {
       ...(seq.hostTokens > 0 ? { hostCachedTokens: seq.hostTokens } : {}),
       ...(seq.command.leg?.phase === "decode" ? { prefillInstance: seq.command.leg.prefill.index } : {}),
       ...(seq.kvTransferMs >= 0 ? { kvTransferMs: seq.kvTransferMs, kvQueueMs: seq.kvQueueMs } : {}),
-    }, ctx);
+    };
+    this.complete(record, seq.command, ctx);
+  }
+
+  /** The running totals, as the metrics get them. */
+  #stats(): InstanceStats {
+    return {
+      type: "instance_stats",
+      instance: this.index,
+      kvBlockMs: this.#kvBlockMs,
+      kvBlocks: this.#options.kvBlocks,
+      preemptions: this.#preemptions,
+      steps: this.#steps,
+      busyMs: this.#busyMs,
+    };
+  }
+
+  /**
+   * Slows the engine: every step from the next one on takes `factor` times
+   * as long (the step in progress keeps its time). A decode stretch in
+   * progress ends first, so that its steps after this one are timed anew.
+   */
+  protected slowed(factor: number, ctx: ActorContext<BatchingCommand>): void {
+    if (this.#stretch !== undefined) this.#endStretch(ctx);
+    this.#slowdown = factor;
+  }
+
+  /**
+   * About to be discarded (a crash, a scale-in): sends its running totals
+   * up to now — the decode stretch in progress applied up to now, and the
+   * step in progress counted whole — to the metrics.
+   */
+  override retire(ctx: ActorContext<BatchingCommand>): void {
+    const now = ctx.now();
+    this.#catchUp(now);
+    this.#account(now);
+    ctx.send(this.metrics, this.#stats());
   }
 
   /** Integrates KV blocks in use up to `now`. */

@@ -29,6 +29,17 @@ export interface CacheView {
   routed(instance: number, request: Request, keys: BlockKeys): void;
   /** Instance `instance` (the view's own index for it: by default the status's) reported. */
   apply(status: InstanceStatus, instance?: number): void;
+  /**
+   * Forgets everything believed cached at `instance`: it restarted cold (after
+   * a crash, or provisioned by the autoscaler). @default absent: nothing forgotten
+   */
+  forget?(instance: number): void;
+  /**
+   * A new view of the same kind, unit and capacities that believes nothing
+   * cached: the view of another router replica. @default absent: the view
+   * cannot serve independent replicas
+   */
+  emptyCopy?(): CacheView;
 }
 
 /** Options for {@linkcode createCacheView}. */
@@ -65,6 +76,17 @@ function hostTiers(instanceCount: number, options: CacheViewOptions): (HostKvTie
   );
 }
 
+/** New, empty mirrors of the same capacities as `tiers`. */
+function emptyTiers(tiers: (HostKvTier | undefined)[] | undefined): (HostKvTier | undefined)[] | undefined {
+  return tiers?.map((tier) => tier === undefined ? undefined : new HostKvTier(tier.capacity));
+}
+
+/** Empties `tiers[instance]`'s mirror (its instance restarted: its host memory is empty too). */
+function emptyTier(tiers: (HostKvTier | undefined)[] | undefined, instance: number): void {
+  const tier = tiers?.[instance];
+  if (tier !== undefined) tiers![instance] = new HostKvTier(tier.capacity);
+}
+
 /** `matched` plus what `tier` holds right after it. */
 function withHost(tier: HostKvTier | undefined, keys: BlockKeys, matched: number): number {
   return tier === undefined ? matched : matched + tier.match(keys, matched, keys.count);
@@ -86,6 +108,7 @@ export class ExactCacheView implements CacheView {
   /** Per instance: run key → leading blocks cached. */
   readonly #runs: ReportedRuns[];
   readonly #unit: "groups" | "blocks";
+  readonly #instanceCount: number;
 
   /**
    * @param tiers Mirrors of the instances' host tiers, fed with the cached
@@ -93,6 +116,7 @@ export class ExactCacheView implements CacheView {
    */
   constructor(instanceCount: number, unit: "groups" | "blocks", tiers?: (HostKvTier | undefined)[]) {
     this.#unit = unit;
+    this.#instanceCount = instanceCount;
     this.#tiers = tiers;
     this.hasHostTier = tiers !== undefined;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
@@ -119,6 +143,16 @@ export class ExactCacheView implements CacheView {
 
   hostMatchedBlocks(instance: number, keys: BlockKeys, matched: number): number {
     return withHost(this.#tiers?.[instance], keys, matched);
+  }
+
+  forget(instance: number): void {
+    this.#groups[instance].clear();
+    this.#runs[instance]?.clear();
+    emptyTier(this.#tiers, instance);
+  }
+
+  emptyCopy(): ExactCacheView {
+    return new ExactCacheView(this.#instanceCount, this.#unit, emptyTiers(this.#tiers));
   }
 
   apply(status: InstanceStatus, instance = status.instance): void {
@@ -168,6 +202,8 @@ export class ApproximateCacheView implements CacheView {
   readonly #groups: Index[];
   readonly #blocks: KvBlockCache[];
   readonly #unit: "groups" | "blocks";
+  readonly #instanceCount: number;
+  readonly #capacity: number | readonly number[];
   /** Block model: each group's first run key, learned when routing its requests. */
   readonly #firstKey = new Map<number, number>();
 
@@ -183,25 +219,53 @@ export class ApproximateCacheView implements CacheView {
     tiers?: (HostKvTier | undefined)[],
   ) {
     this.#unit = unit;
+    this.#instanceCount = instanceCount;
+    this.#capacity = capacity;
     this.#tiers = tiers;
     this.hasHostTier = tiers !== undefined;
-    const capacityOf = (i: number) => typeof capacity === "number" ? capacity : capacity[i];
-    const size = (i: number) =>
-      Number.isFinite(capacityOf(i)) ? Math.max(1, Math.floor(capacityOf(i))) : Number.MAX_SAFE_INTEGER;
     this.#groups = unit === "groups"
-      ? Array.from(
-        { length: instanceCount },
-        (_, i) => Number.isFinite(capacityOf(i)) ? new LRUMap<number, true>(size(i)) : new UnboundedIndex(),
-      )
+      ? Array.from({ length: instanceCount }, (_, i) => this.#groupIndex(i))
       : [];
     this.#blocks = unit === "blocks"
-      ? Array.from({ length: instanceCount }, (_, i) => {
-        const index = new KvBlockCache(size(i)), tier = tiers?.[i];
-        // What the index evicts, the instance's host tier is believed to hold.
-        if (tier !== undefined) index.onRunChange = (key, cached) => tier.gpuChanged(key, cached);
-        return index;
-      })
+      ? Array.from({ length: instanceCount }, (_, i) => this.#blockIndex(i))
       : [];
+  }
+
+  /** Instance `i`'s capacity, as given (`Infinity`: unbounded). */
+  #capacityOf(i: number): number {
+    const capacity = this.#capacity;
+    return typeof capacity === "number" ? capacity : capacity[i];
+  }
+
+  /** Instance `i`'s index size, in entries. */
+  #size(i: number): number {
+    const capacity = this.#capacityOf(i);
+    return Number.isFinite(capacity) ? Math.max(1, Math.floor(capacity)) : Number.MAX_SAFE_INTEGER;
+  }
+
+  /** An empty group index for instance `i`. */
+  #groupIndex(i: number): Index {
+    return Number.isFinite(this.#capacityOf(i))
+      ? new LRUMap<number, true>(this.#size(i))
+      : new UnboundedIndex();
+  }
+
+  /** An empty block index for instance `i`, feeding its host tier's mirror. */
+  #blockIndex(i: number): KvBlockCache {
+    const index = new KvBlockCache(this.#size(i)), tier = this.#tiers?.[i];
+    // What the index evicts, the instance's host tier is believed to hold.
+    if (tier !== undefined) index.onRunChange = (key, cached) => tier.gpuChanged(key, cached);
+    return index;
+  }
+
+  forget(instance: number): void {
+    emptyTier(this.#tiers, instance);
+    if (this.#unit === "groups") this.#groups[instance] = this.#groupIndex(instance);
+    else this.#blocks[instance] = this.#blockIndex(instance);
+  }
+
+  emptyCopy(): ApproximateCacheView {
+    return new ApproximateCacheView(this.#instanceCount, this.#unit, this.#capacity, emptyTiers(this.#tiers));
   }
 
   hostMatchedBlocks(instance: number, keys: BlockKeys, matched: number): number {

@@ -1,7 +1,8 @@
 /**
  * @module
  * Random variates the workload needs, drawn from a caller's seeded stream:
- * token-length distributions, exponential gaps and Zipf popularity.
+ * token-length distributions, exponential, normal and Gamma variates, and Zipf
+ * popularity.
  */
 import type { RandomStream } from "./runtime/random_stream.ts";
 
@@ -41,6 +42,45 @@ export function sampleLength(d: LengthDistribution, random: RandomStream): numbe
 /** An exponential variate with the given mean (inverse transform). */
 export function sampleExponential(mean: number, random: RandomStream): number {
   return -mean * Math.log(1 - random());
+}
+
+/** A standard normal variate (Box–Muller, two draws per variate, no state kept). */
+export function sampleNormal(random: RandomStream): number {
+  const radius = Math.sqrt(-2 * Math.log(1 - random()));
+  return radius * Math.cos(2 * Math.PI * random());
+}
+
+/**
+ * A Gamma variate of shape `shape` (> 0) and scale `scale` (mean shape ×
+ * scale, squared coefficient of variation 1 / shape), by Marsaglia and Tsang's
+ * exact rejection method; a shape below 1 draws shape + 1 and multiplies by
+ * U^(1/shape). Draws a varying number of values from `random`.
+ *
+ * @example
+ * ```ts
+ * sampleGamma(0.25, 4, random); // mean 1, CV² 4: mostly tiny, now and then large
+ * ```
+ */
+export function sampleGamma(shape: number, scale: number, random: RandomStream): number {
+  if (shape < 1) {
+    const boosted = sampleGamma(shape + 1, scale, random);
+    return boosted * Math.pow(1 - random(), 1 / shape);
+  }
+  const d = shape - 1 / 3;
+  const c = 1 / Math.sqrt(9 * d);
+  for (;;) {
+    let x: number, v: number;
+    do {
+      x = sampleNormal(random);
+      v = 1 + c * x;
+    } while (v <= 0);
+    v = v * v * v;
+    const u = random();
+    const x2 = x * x;
+    if (u < 1 - 0.0331 * x2 * x2 || Math.log(u) < 0.5 * x2 + d * (1 - v + Math.log(v))) {
+      return d * v * scale;
+    }
+  }
 }
 
 /**

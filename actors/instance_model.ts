@@ -16,6 +16,7 @@ import type {
   DropReason,
   InstanceStatus,
   MetricsCommand,
+  Probe,
   ReportTick,
   Request,
   ServeCommand,
@@ -119,6 +120,58 @@ export interface ServingActor extends Actor<ServeCommand> {
 }
 
 /**
+ * A model's own instance, with the hooks a fault wrapper drives
+ * (actors/faulty_instance.ts): it may be asked for its status at any time,
+ * slowed down, made to count into counts that outlive it, and retired.
+ */
+export interface ModelInstance extends ServingActor {
+  /** The status a report would carry now (counts only, no cache events). */
+  snapshot(): InstanceStatus;
+  /**
+   * Counts finished requests into `counts` from now on, instead of its own
+   * (a wrapper's, which outlive this instance across restarts). Call it
+   * before the instance takes any message.
+   */
+  shareCounts(counts: FinishCounts): void;
+  /**
+   * Multiplies service time by `factor` (> 0; 1 restores) — see each
+   * model for when it takes effect.
+   * @throws {RangeError} when `factor` is not a finite number > 0.
+   */
+  setSlowdown(factor: number, ctx: ActorContext<Message>): void;
+  /** The instance is about to be discarded (a crash, a scale-in): it sends what it owes the metrics. */
+  retire(ctx: ActorContext<Message>): void;
+}
+
+/**
+ * Requests finished at an instance (completed, dropped, or failed), in all
+ * and per router replica: a replica's in-flight count there is its own
+ * routings minus its entry. The per-replica counts exist only once a
+ * command from a replica other than 0 was seen, so a run with one replica
+ * reports exactly what it did before replicas existed.
+ */
+export class FinishCounts {
+  /** Requests finished so far. */
+  total = 0;
+  /** Per replica, once a replica > 0 was seen (entry 0 then includes every earlier finish); else undefined. */
+  byReplica: number[] | undefined;
+
+  /** Notes a command from `replica` (absent: 0), before it is accepted or refused. */
+  see(replica: number | undefined): void {
+    if (replica === undefined || replica === 0) return;
+    const by = this.byReplica ??= [this.total]; // every earlier finish was replica 0's
+    while (by.length <= replica) by.push(0);
+  }
+
+  /** Counts one finished request of `replica` (absent: 0). */
+  count(replica: number | undefined): void {
+    this.see(replica);
+    this.total++;
+    if (this.byReplica !== undefined) this.byReplica[replica ?? 0]++;
+  }
+}
+
+/**
  * An instance model, described: one file exports it as `model`; the registry
  * lists it; the wiring builds instances through it.
  */
@@ -148,32 +201,40 @@ export interface InstanceModel<Name extends string = string> {
     config: InstancesConfig,
     metrics: ActorRef<MetricsCommand>,
     reporting: StatusReportingOptions,
-  ): ServingActor;
+  ): ModelInstance;
 }
 
 /**
  * The skeleton every model shares: `serve` is accepted or dropped (the drop
  * counts as finished, so the router's in-flight count lets go of it) and
  * answered with a status report; `report_tick` is the periodic reporter's;
- * any other message is the model's own (its timers).
+ * `probe` is answered at once with the status now; any other message is
+ * the model's own (its timers).
  */
-export abstract class InstanceActor<Own extends Message> implements Actor<ServeCommand | ReportTick | Own> {
+export abstract class InstanceActor<Own extends Message>
+  implements Actor<ServeCommand | ReportTick | Probe | Own>, ModelInstance {
   /** This instance's index among the instances. */
   readonly index: number;
   /** Where finished and dropped requests are recorded. */
   protected readonly metrics: ActorRef<MetricsCommand>;
   /** Reports status (and cache events) to the router. */
   protected readonly reporter: StatusReporter;
-  /** Requests completed or dropped here: the router's in-flight count lets go of them. */
-  protected finished = 0;
+  /** Network delay of every report, ms (a probe's answer too). */
+  readonly #reportDelayMs: number;
+  /** Requests completed, dropped or failed here: the router's in-flight count lets go of them. */
+  #counts = new FinishCounts();
 
   constructor(index: number, metrics: ActorRef<MetricsCommand>, reporting: StatusReportingOptions) {
     this.index = index;
     this.metrics = metrics;
-    this.reporter = new StatusReporter(index, reporting, () => this.status());
+    this.#reportDelayMs = reporting.delayMs;
+    this.reporter = new StatusReporter(index, reporting, () => this.snapshot());
   }
 
-  handle(message: ServeCommand | ReportTick | Own, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+  handle(
+    message: ServeCommand | ReportTick | Probe | Own,
+    ctx: ActorContext<ServeCommand | ReportTick | Own>,
+  ): void {
     switch (message.type) {
       case "serve":
         this.#serve(message as ServeCommand, ctx);
@@ -181,12 +242,59 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
       case "report_tick":
         this.reporter.tick(ctx as ActorContext<ReportTick>);
         break;
+      case "probe":
+        // Counts only: cache events wait for the reporter's next report.
+        ctx.send((message as Probe).replyTo, this.snapshot(), this.#reportDelayMs);
+        break;
       default:
         this.onOwn(message as Own, ctx);
     }
   }
 
+  /** Requests finished here so far (completed, dropped, or failed). */
+  protected get finished(): number {
+    return this.#counts.total;
+  }
+
+  /** Counts one finished request, sent by router replica `replica` (absent: 0). */
+  protected countFinished(replica: number | undefined): void {
+    this.#counts.count(replica);
+  }
+
+  /** Counts into `counts` from now on (a fault wrapper's, which outlive this instance). */
+  shareCounts(counts: FinishCounts): void {
+    this.#counts = counts;
+  }
+
+  /**
+   * The status a report would carry now (counts only, no cache events),
+   * with the per-replica finished counts once a replica other than 0 sent
+   * something here (a copy: a report is plain data).
+   */
+  snapshot(): InstanceStatus {
+    const status = this.status();
+    const by = this.#counts.byReplica;
+    if (by !== undefined) (status as { finishedBy?: readonly number[] }).finishedBy = by.slice();
+    return status;
+  }
+
+  /**
+   * Multiplies service time by `factor` from now on (1 restores); each
+   * model says when it takes effect.
+   * @throws {RangeError} when `factor` is not a finite number > 0.
+   */
+  setSlowdown(factor: number, ctx: ActorContext<Message>): void {
+    if (!(factor > 0) || factor === Infinity) {
+      throw new RangeError(`setSlowdown: factor: expected a finite number > 0, got ${factor}`);
+    }
+    this.slowed(factor, ctx as ActorContext<ServeCommand | ReportTick | Own>);
+  }
+
+  /** The instance is about to be discarded: sends what it owes the metrics. @default nothing */
+  retire(_ctx: ActorContext<Message>): void {}
+
   #serve(command: ServeCommand, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+    this.#counts.see(command.replica);
     this.arriving(command, ctx);
     const reason = this.refusal(command.request);
     if (reason === undefined) this.admit(command, ctx);
@@ -199,16 +307,20 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
         reason,
         ...(command.request.sloClass !== undefined && { sloClass: command.request.sloClass }),
       });
-      this.finished++;
+      this.#counts.count(command.replica);
       this.dropped(command, ctx);
     }
     this.reportServed(command, ctx);
   }
 
-  /** Sends a finished request's record to the metrics and counts it. */
-  protected complete(record: CompletionRecord, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
+  /** Sends a finished request's record to the metrics and counts it (for the replica that sent `command`). */
+  protected complete(
+    record: CompletionRecord,
+    command: ServeCommand,
+    ctx: ActorContext<ServeCommand | ReportTick | Own>,
+  ): void {
     ctx.send(this.metrics, { type: "completed", record });
-    this.finished++;
+    this.#counts.count(command.replica);
   }
 
   /** After a `serve` was dropped: let any partner of the request know. @default nothing */
@@ -231,6 +343,9 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
   /** Handles the model's own messages (its timers). */
   protected abstract onOwn(message: Own, ctx: ActorContext<ServeCommand | ReportTick | Own>): void;
 
+  /** Applies a validated slowdown factor (see {@linkcode ModelInstance.setSlowdown}). */
+  protected abstract slowed(factor: number, ctx: ActorContext<ServeCommand | ReportTick | Own>): void;
+
   /** The status report the router gets now. */
   protected abstract status(): InstanceStatus;
 
@@ -239,4 +354,10 @@ export abstract class InstanceActor<Own extends Message> implements Actor<ServeC
 
   /** Requests in service. */
   abstract get running(): number;
+
+  /** Prompt tokens it would find cached for `request` at `nowMs` (see {@linkcode ServingActor}). */
+  abstract cachedPrefixTokens(request: Request, keys?: BlockKeys, nowMs?: number): number;
+
+  /** Applies deferred work up to `untilMs` when a run stops early (see {@linkcode ServingActor}). */
+  abstract stopAt(untilMs: number): number;
 }

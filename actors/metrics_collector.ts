@@ -1,15 +1,19 @@
 /**
  * @module
- * The metrics collector actor: folds every completion and drop into streaming
- * statistics (no per-request arrays), and summarises them at the end of a run.
+ * The metrics collector actor: folds every completion, drop and failure into
+ * streaming statistics (no per-request arrays, except the few a fault run's
+ * recovery time needs), and summarises them at the end of a run.
  */
 import * as hdr from "hdr-histogram-js";
+import type { AutoscaleConfig, Fault } from "./faults.ts";
 import {
   assertNever,
   type CompletionRecord,
   type DropReason,
+  type FailReason,
   type InstanceStats,
   type MetricsCommand,
+  type ScalingDecision,
 } from "./protocol.ts";
 import type { RequestClass } from "./request_classes.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
@@ -42,6 +46,33 @@ export interface MetricsOptions {
    * within each pool and the worst reported. @default one pool
    */
   readonly pools?: readonly number[];
+  /**
+   * The run's faults: the collector then keeps each request's arrival and
+   * TTFT to measure, per fault, the time until TTFT recovers
+   * ({@linkcode recoveryTimes}). @default none
+   */
+  readonly faults?: readonly Fault[];
+  /** The run's autoscaler: the collector then records its decisions and the instance-seconds they cost. @default none */
+  readonly autoscale?: AutoscaleConfig;
+}
+
+/** Why a request failed for good: its last attempt's reason at an instance, or no instance to take it. */
+export type FailedReason = FailReason | "no_instance";
+
+/** One fault's effect on TTFT (see {@linkcode recoveryTimes}). */
+export interface FaultRecovery {
+  /** The fault's index in the scenario's `faults` list. */
+  readonly fault: number;
+  /** When it started, simulated ms. */
+  readonly atMs: number;
+  /** TTFT p50 of the requests that arrived in the {@linkcode RECOVERY_WINDOW_MS} before it, ms; null when too few did. */
+  readonly preFaultTtftP50Ms: number | null;
+  /**
+   * From the fault's start to the first window whose TTFT p50 is back within
+   * {@linkcode RECOVERY_TOLERANCE} of the pre-fault p50, ms; null when it
+   * never is before the last arrival, or there is no pre-fault p50.
+   */
+  readonly timeToRecoverMs: number | null;
 }
 
 /**
@@ -53,7 +84,7 @@ export interface MetricsOptions {
 export interface RequestMetrics {
   /** Requests completed. */
   readonly completed: number;
-  /** Requests dropped, all reasons. */
+  /** Requests dropped (refused by an instance: full queue, too long), all reasons. */
   readonly dropped: number;
   /** Drops per reason. */
   readonly droppedByReason: Readonly<Record<DropReason, number>>;
@@ -122,8 +153,9 @@ export interface RequestMetrics {
    */
   readonly goodputRps: number;
   /**
-   * Requests that met every SLO set / (completed + dropped): a drop misses.
-   * Null when no SLO is set (scenario or class) or nothing finished.
+   * Requests that met every SLO set / (completed + dropped + failed): a drop
+   * or a failure misses. Null when no SLO is set (scenario or class) or
+   * nothing finished.
    */
   readonly sloAttainment: number | null;
   /**
@@ -146,7 +178,42 @@ export interface RequestMetrics {
   readonly perInstanceCompleted: readonly number[];
   /** Busy time per instance, ms. */
   readonly perInstanceBusyMs: readonly number[];
+  /**
+   * Requests failed for good (faults): their last attempt failed with no
+   * retry left, or no instance could take them. A final state beside
+   * completed and dropped, never counted as a drop; 0 without faults.
+   */
+  readonly failed: number;
+  /** Attempts that failed and were retried elsewhere (a request may count several times); 0 without faults. */
+  readonly retried: number;
+  /** Requests with at least one failed attempt, whether retried, failed or completed in the end; 0 without faults. */
+  readonly requestsAffected: number;
+  /** `failed` per reason: the reason of the request's last failed attempt (`no_instance`: none could take it). */
+  readonly failedByReason: Readonly<Record<FailedReason, number>>;
+  /** Per fault, in the scenario's order, how long TTFT took to recover ({@linkcode recoveryTimes}); null without faults. */
+  readonly recovery: readonly FaultRecovery[] | null;
+  /** The earliest fault's `timeToRecoverMs` (the first in list order among equal starts); null without faults. */
+  readonly timeToRecoverMs: number | null;
+  /** The autoscaler's decisions in order: one at the start, then every change; null without autoscaling. */
+  readonly scaling: readonly ScalingDecision[] | null;
+  /**
+   * Instances active or provisioning, integrated over simulated time from 0
+   * to the last completion, in instance-seconds (what the fleet cost; a
+   * fixed fleet's is its size times that time); null when nothing completed.
+   */
+  readonly instanceSeconds: number | null;
+  /** Most instances active or provisioning at once (a fixed fleet's size). */
+  readonly peakInstances: number | null;
 }
+
+/** The recovery metric's sliding window: TTFT p50 is taken over the requests that arrived within this long, ms. */
+export const RECOVERY_WINDOW_MS = 10_000;
+/** The recovery metric's window advances by this much at a time, so a time to recover is a multiple of it, ms. */
+export const RECOVERY_STEP_MS = 1_000;
+/** A window with fewer arrivals than this has no p50 the recovery metric trusts (it is skipped; a pre-fault one is null). */
+export const RECOVERY_MIN_REQUESTS = 20;
+/** TTFT has recovered when a window's p50 is at most this factor of the pre-fault p50 (within 10%). */
+export const RECOVERY_TOLERANCE = 1.1;
 
 /** A histogram of durations in µs (1 µs to 10¹³ µs, 3 significant digits): TTFT's and KV transfers'. */
 function microsHistogram() {
@@ -202,6 +269,28 @@ export class MetricsCollector implements Actor<MetricsCommand> {
   readonly #classMet: number[];
   readonly #classFinished: number[];
   #met = 0;
+  /** Faults and retries (see RequestMetrics). */
+  #failed = 0;
+  #retried = 0;
+  #affected = 0;
+  readonly #failedByReason: Record<FailedReason, number> = {
+    crash: 0,
+    unreachable: 0,
+    draining: 0,
+    no_instance: 0,
+  };
+  /** Fault runs only: the faults, and each finished request's arrival and TTFT (Infinity: dropped or failed). */
+  readonly #faults: readonly Fault[] | undefined;
+  #keptArrivalMs: Float64Array | undefined;
+  #keptTtftMs: Float64Array | undefined;
+  #kept = 0;
+  #recoveryMemo: { readonly kept: number; readonly value: readonly FaultRecovery[] } | undefined;
+  /** Autoscaling only: its configuration and its decisions in order. */
+  readonly #autoscale: AutoscaleConfig | undefined;
+  readonly #scaling: ScalingDecision[] = [];
+  /** Requests finished and met as of the last `slo_probe`, for the next window. */
+  #probedFinished = 0;
+  #probedMet = 0;
 
   /**
    * @param instanceCount Instances reporting to it.
@@ -224,6 +313,12 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     this.#tpotTargetMs = targets.map((t) => t.tpotMs ?? Infinity);
     this.#classMet = new Array(classes.length).fill(0);
     this.#classFinished = new Array(classes.length).fill(0);
+    if (options.faults !== undefined && options.faults.length > 0) {
+      this.#faults = options.faults;
+      this.#keptArrivalMs = new Float64Array(1024);
+      this.#keptTtftMs = new Float64Array(1024);
+    }
+    this.#autoscale = options.autoscale;
   }
 
   /** Requests completed so far. */
@@ -236,7 +331,12 @@ export class MetricsCollector implements Actor<MetricsCommand> {
     return this.#dropped;
   }
 
-  handle(message: MetricsCommand, _ctx: ActorContext<MetricsCommand>): void {
+  /** Requests failed for good so far (faults). */
+  get failed(): number {
+    return this.#failed;
+  }
+
+  handle(message: MetricsCommand, ctx: ActorContext<MetricsCommand>): void {
     switch (message.type) {
       case "completed": {
         const r = message.record;
@@ -268,19 +368,83 @@ export class MetricsCollector implements Actor<MetricsCommand> {
         if (r.arrivalMs < this.#firstArrivalMs) this.#firstArrivalMs = r.arrivalMs;
         if (r.endMs > this.#lastEndMs) this.#lastEndMs = r.endMs;
         if (this.#judging) this.#judge(r, ttftMs);
+        if (this.#keptArrivalMs !== undefined) this.#keep(r.arrivalMs, ttftMs);
         break;
       }
       case "dropped":
         this.#dropped++;
         this.#droppedByReason[message.reason]++;
         if (message.sloClass !== undefined) this.#classFinished[message.sloClass]++;
+        // A drop happens on the request's arrival at the instance: its time stands for the arrival.
+        if (this.#keptArrivalMs !== undefined) this.#keep(message.timeMs, Infinity);
         break;
       case "instance_stats":
         this.#stats[message.instance] = message;
         break;
+      case "attempt_failed":
+        this.#attemptFailed(message);
+        break;
+      case "scaled":
+        this.#scaling.push(message.decision);
+        break;
+      case "slo_probe":
+        this.#answerSloProbe(message.replyTo, ctx);
+        break;
       default:
         assertNever(message);
     }
+  }
+
+  /**
+   * A failed attempt: a request is affected at its first (attempt 0, also a
+   * `no_instance` failure on arrival); a final one fails the request, which
+   * misses its SLO like a drop.
+   */
+  #attemptFailed(m: Extract<MetricsCommand, { type: "attempt_failed" }>): void {
+    if (m.attempt === 0) this.#affected++;
+    if (!m.final) {
+      this.#retried++;
+      return;
+    }
+    this.#failed++;
+    this.#failedByReason[m.reason]++;
+    if (m.sloClass !== undefined) this.#classFinished[m.sloClass]++;
+    if (this.#keptArrivalMs !== undefined) this.#keep(m.arrivalMs, Infinity);
+  }
+
+  /**
+   * Answers an SLO probe with the requests finished (completed, dropped or
+   * failed) since the last one and those of them that met every SLO (every
+   * completed one when no SLO is set).
+   */
+  #answerSloProbe(
+    replyTo: Extract<MetricsCommand, { type: "slo_probe" }>["replyTo"],
+    ctx: ActorContext<MetricsCommand>,
+  ): void {
+    const finished = this.#completed + this.#dropped + this.#failed;
+    const met = this.#judging ? this.#met : this.#completed;
+    ctx.send(replyTo, {
+      type: "slo_window",
+      finished: finished - this.#probedFinished,
+      met: met - this.#probedMet,
+    });
+    this.#probedFinished = finished;
+    this.#probedMet = met;
+  }
+
+  /** Keeps one finished request's arrival and TTFT (fault runs), growing the arrays as needed. */
+  #keep(arrivalMs: number, ttftMs: number): void {
+    let arrivals = this.#keptArrivalMs!, ttfts = this.#keptTtftMs!;
+    if (this.#kept === arrivals.length) {
+      arrivals = new Float64Array(arrivals.length * 2);
+      arrivals.set(this.#keptArrivalMs!);
+      ttfts = new Float64Array(arrivals.length);
+      ttfts.set(this.#keptTtftMs!);
+      this.#keptArrivalMs = arrivals;
+      this.#keptTtftMs = ttfts;
+    }
+    arrivals[this.#kept] = arrivalMs;
+    ttfts[this.#kept++] = ttftMs;
   }
 
   /**
@@ -395,7 +559,7 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       throughputRps: perSec(n),
       // Completions that met every SLO set: every completion when none is set.
       goodputRps: perSec(this.#judging ? this.#met : n),
-      sloAttainment: this.#sloSet ? ratio(this.#met, n + this.#dropped) : null,
+      sloAttainment: this.#sloSet ? ratio(this.#met, n + this.#dropped + this.#failed) : null,
       classAttainment: this.#classAttainment(),
       tpotMeanMs: ratio(this.#tpotSumMs, this.#tpotCount),
       outputTokensPerSec: perSec(this.#outputTokens),
@@ -406,8 +570,139 @@ export class MetricsCollector implements Actor<MetricsCommand> {
       preemptions: this.#stats.reduce((a, s) => a + (s?.preemptions ?? 0), 0),
       perInstanceCompleted: [...this.#perInstanceCompleted],
       perInstanceBusyMs: this.#busyMsPerInstance(),
+      ...this.#faultSummary(),
+      ...this.#scalingSummary(),
     };
   }
+
+  /** The summary's fault fields: true zeros and nulls without faults. */
+  #faultSummary() {
+    const recovery = this.#recovery();
+    let first: FaultRecovery | null = null;
+    for (const r of recovery ?? []) if (first === null || r.atMs < first.atMs) first = r;
+    return {
+      failed: this.#failed,
+      retried: this.#retried,
+      requestsAffected: this.#affected,
+      failedByReason: { ...this.#failedByReason },
+      recovery,
+      timeToRecoverMs: first === null ? null : first.timeToRecoverMs,
+    };
+  }
+
+  /** Per fault, its recovery, computed once per set of finished requests (a live view asks again and again). */
+  #recovery(): readonly FaultRecovery[] | null {
+    if (this.#faults === undefined) return null;
+    if (this.#recoveryMemo?.kept !== this.#kept) {
+      const value = recoveryTimes(
+        this.#faults,
+        this.#keptArrivalMs!.subarray(0, this.#kept),
+        this.#keptTtftMs!.subarray(0, this.#kept),
+      );
+      this.#recoveryMemo = { kept: this.#kept, value };
+    }
+    return this.#recoveryMemo.value;
+  }
+
+  /** The summary's autoscaling fields: null without autoscaling. */
+  #scalingSummary() {
+    const config = this.#autoscale;
+    const endMs = this.#lastEndMs;
+    if (config === undefined) {
+      // A fixed fleet costs all of its instances all the time (a crashed one's GPU is still paid for).
+      const n = this.#perInstanceCompleted.length;
+      return {
+        scaling: null,
+        instanceSeconds: this.completed > 0 ? n * endMs / 1000 : null,
+        peakInstances: n,
+      };
+    }
+    let count = config.initial, fromMs = 0, area = 0, peak = config.initial;
+    for (const d of this.#scaling) {
+      peak = Math.max(peak, d.instances);
+      if (d.timeMs >= endMs) continue;
+      area += count * (d.timeMs - fromMs);
+      count = d.instances;
+      fromMs = d.timeMs;
+    }
+    area += count * Math.max(0, endMs - fromMs);
+    return { scaling: [...this.#scaling], instanceSeconds: area / 1000, peakInstances: peak };
+  }
+}
+
+/**
+ * Per fault, how long TTFT took to recover. The pre-fault p50 is TTFT's
+ * median over the requests that arrived in [atMs − W, atMs) (W =
+ * {@linkcode RECOVERY_WINDOW_MS}); then windows [atMs + k·S, atMs + k·S + W)
+ * (S = {@linkcode RECOVERY_STEP_MS}, k = 0, 1, …) are examined while they
+ * start before the last arrival, and the time to recover is k·S of the first
+ * with at least {@linkcode RECOVERY_MIN_REQUESTS} requests whose p50 is at
+ * most {@linkcode RECOVERY_TOLERANCE} × the pre-fault p50. A dropped or failed
+ * request counts as an infinite TTFT in its window. The median is the
+ * nearest-rank one (the ⌈m/2⌉-th smallest of m). The pre-fault p50 is null
+ * with fewer than RECOVERY_MIN_REQUESTS requests, or when more than half of
+ * them were dropped or failed (an infinite p50 is no baseline).
+ *
+ * @param faults The run's faults, in the scenario's order.
+ * @param arrivalMs Each finished request's arrival, ms, in any order.
+ * @param ttftMs The same requests' TTFTs, ms; `Infinity` for a dropped or failed one.
+ */
+export function recoveryTimes(
+  faults: readonly Fault[],
+  arrivalMs: ArrayLike<number>,
+  ttftMs: ArrayLike<number>,
+): FaultRecovery[] {
+  const n = arrivalMs.length;
+  const order = Array.from({ length: n }, (_, i) => i).sort((a, b) => arrivalMs[a] - arrivalMs[b] || a - b);
+  const arrivals = Float64Array.from(order, (i) => arrivalMs[i]);
+  const ttfts = Float64Array.from(order, (i) => ttftMs[i]);
+  const scratch = new Float64Array(n);
+  const lastArrivalMs = n === 0 ? -Infinity : arrivals[n - 1];
+  const p50 = (fromMs: number, toMs: number) => windowP50(arrivals, ttfts, fromMs, toMs, scratch);
+  return faults.map((fault, index) => {
+    const pre = p50(fault.atMs - RECOVERY_WINDOW_MS, fault.atMs);
+    const preFaultTtftP50Ms = pre !== null && Number.isFinite(pre) ? pre : null;
+    let timeToRecoverMs: number | null = null;
+    if (preFaultTtftP50Ms !== null) {
+      for (let k = 0; fault.atMs + k * RECOVERY_STEP_MS < lastArrivalMs; k++) {
+        const fromMs = fault.atMs + k * RECOVERY_STEP_MS;
+        const p = p50(fromMs, fromMs + RECOVERY_WINDOW_MS);
+        if (p !== null && p <= RECOVERY_TOLERANCE * preFaultTtftP50Ms) {
+          timeToRecoverMs = k * RECOVERY_STEP_MS;
+          break;
+        }
+      }
+    }
+    return { fault: index, atMs: fault.atMs, preFaultTtftP50Ms, timeToRecoverMs };
+  });
+}
+
+/** The nearest-rank median TTFT of the requests (sorted by arrival) that arrived in [fromMs, toMs); null when too few did. */
+function windowP50(
+  arrivals: Float64Array,
+  ttfts: Float64Array,
+  fromMs: number,
+  toMs: number,
+  scratch: Float64Array,
+): number | null {
+  const lo = lowerBound(arrivals, fromMs), hi = lowerBound(arrivals, toMs);
+  const m = hi - lo;
+  if (m < RECOVERY_MIN_REQUESTS) return null;
+  const window = scratch.subarray(0, m);
+  window.set(ttfts.subarray(lo, hi));
+  window.sort();
+  return window[Math.ceil(m / 2) - 1];
+}
+
+/** The first index of sorted `values` whose value is >= `x` (`values.length` when none is). */
+function lowerBound(values: Float64Array, x: number): number {
+  let lo = 0, hi = values.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (values[mid] < x) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
 }
 
 function ratio(numerator: number, denominator: number): number | null {

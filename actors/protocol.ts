@@ -33,6 +33,11 @@ export interface Request {
   readonly sloClass?: number;
   /** Its class's priority (higher is served first); absent when no classes are configured. */
   readonly priority?: number;
+  /**
+   * The multi-turn session it belongs to, where the workload has sessions
+   * (a replica spread by session keys on it); absent otherwise.
+   */
+  readonly session?: number;
 }
 
 // ---- Workload source -------------------------------------------------------
@@ -89,6 +94,19 @@ export interface InstanceStatus {
    * the run's leading `cachedBlocks` blocks are cached now; 0 = evicted.
    */
   readonly cachedRuns?: readonly number[];
+  /**
+   * Router replicas: per replica, the requests it sent here that finished
+   * (completed, dropped or failed) so far — each replica's in-flight count
+   * is its own routings minus its entry. Absent with one replica.
+   */
+  readonly finishedBy?: readonly number[];
+  /** The instance takes no new requests (a `drain` fault, or scaled in): a router stops routing there. */
+  readonly draining?: boolean;
+  /**
+   * The instance (re)started cold — after a crash, or provisioned by the
+   * autoscaler — with an empty cache: a view forgets what it believed cached there.
+   */
+  readonly restarted?: boolean;
 }
 
 /** An instance's own timer: time to report status (periodic reporting). */
@@ -106,10 +124,42 @@ export interface PrefilledCommand {
   readonly request: Request;
   readonly routing?: RoutingNote;
   readonly prefill: PrefillDone;
+  /** The router replica that routed its prefill leg (it chooses the decode instance). @default 0 */
+  readonly replica?: number;
 }
 
+/**
+ * Why one attempt at a request failed at an instance (faults). `crash`: the
+ * instance crashed with it in flight, or was down when it arrived.
+ * `unreachable`: a network partition cut the instance off from the router.
+ * `draining`: the instance takes no new requests.
+ */
+export type FailReason = "crash" | "unreachable" | "draining";
+
+/**
+ * One attempt at a request failed at `instance` — what a real router sees
+ * as a reset connection, a refused one, or a 503. The router retries it
+ * elsewhere within its retry budget, or records it as failed.
+ */
+export interface RequestFailed {
+  readonly type: "request_failed";
+  /** The `serve` that failed, as the router sent it (its attempt, replica, routing note). */
+  readonly command: ServeCommand;
+  readonly instance: number;
+  readonly reason: FailReason;
+}
+
+/** The router's own timers (faults, replicas). */
+export type RouterTimer =
+  /** Time to probe every instance's health (a status TTL is set). */
+  | { readonly type: "probe_tick" }
+  /** Time for the replicas to exchange what they routed (`replicaSyncMs` > 0). */
+  | { readonly type: "sync_tick" }
+  /** A status report reaching replica `replica` after its own extra delay. */
+  | { readonly type: "replica_status"; readonly replica: number; readonly status: InstanceStatus };
+
 /** Commands the router accepts. */
-export type RouterCommand = RouteCommand | InstanceStatus | PrefilledCommand;
+export type RouterCommand = RouteCommand | InstanceStatus | PrefilledCommand | RequestFailed | RouterTimer;
 
 // ---- Serving instance ------------------------------------------------------
 
@@ -136,7 +186,43 @@ export interface ServeCommand {
   readonly routing?: RoutingNote;
   /** Disaggregated serving: which leg of the request this is. Absent: serve it whole (prefill and decode here). */
   readonly leg?: PdLeg;
+  /** Which try at the request this is: 0 the first, k the k-th retry (faults). @default 0 */
+  readonly attempt?: number;
+  /** The router replica that sent it (router replicas). @default 0 */
+  readonly replica?: number;
 }
+
+/**
+ * Asks an instance for its status now (a health check or metrics scrape):
+ * a live, reachable instance answers `replyTo` at once with a status
+ * report; a crashed, partitioned or unprovisioned one does not answer.
+ */
+export interface Probe {
+  readonly type: "probe";
+  readonly replyTo: ActorRef<InstanceStatus>;
+}
+
+/** What goes wrong with an instance (design.md, "Faults"). */
+export type FaultKind = "crash" | "slow" | "drain" | "partition";
+
+/** The fault injector's commands to an instance: a fault starts, or ends. */
+export type FaultCommand =
+  | {
+    readonly type: "fault";
+    readonly kind: FaultKind;
+    /** `slow`: the factor on service (FIFO) or step (batching) time. */
+    readonly factor?: number;
+    /** The router, for the report the instance sends when it comes back. */
+    readonly replyTo: ActorRef<InstanceStatus>;
+  }
+  | { readonly type: "recover"; readonly kind: FaultKind; readonly replyTo: ActorRef<InstanceStatus> };
+
+/** The autoscaler's commands to an instance. */
+export type ScalingCommand =
+  /** Start the instance: it is ready `readyInMs` from now, cold, and then reports to `replyTo`. */
+  | { readonly type: "provision"; readonly readyInMs: number; readonly replyTo: ActorRef<InstanceStatus> }
+  /** Scale in: take no new requests, finish those running, then stop. */
+  | { readonly type: "decommission"; readonly replyTo: ActorRef<InstanceStatus> };
 
 /**
  * One leg of a disaggregated request (design.md, "Disaggregated serving").
@@ -193,6 +279,8 @@ export interface PdAbandoned {
   readonly requestId: number;
   /** The router, for the status report that lets go of the request (the decode instance may have had no `serve` yet). */
   readonly replyTo: ActorRef<InstanceStatus>;
+  /** The router replica that routed the request (its per-replica finished count). @default 0 */
+  readonly replica?: number;
 }
 
 /** Commands the FIFO serving instance accepts. */
@@ -265,6 +353,24 @@ export interface InstanceStats {
   readonly busyMs: number;
 }
 
+/** A point of the autoscaler's record: when it decided, how many instances it wants, and on what signal. */
+export interface ScalingDecision {
+  readonly timeMs: number;
+  /** Instances active or provisioning after the decision. */
+  readonly instances: number;
+  /** The signal's value that led to it (null when none could be read). */
+  readonly signal: number | null;
+  /** `up`, `down`, or `hold` (a periodic record with no change). */
+  readonly action: "up" | "down" | "hold";
+}
+
+/** The metrics collector's answer to an SLO probe: requests finished and those that met every SLO, since the last probe. */
+export interface SloWindow {
+  readonly type: "slo_window";
+  readonly finished: number;
+  readonly met: number;
+}
+
 /**
  * Why a request was dropped. `queue_full`: the instance's `maxQueue` was
  * reached. `too_long`: its prompt needs more KV blocks than the instance has.
@@ -283,10 +389,50 @@ export type MetricsCommand =
     readonly reason: DropReason;
     /** The request's class (`Request.sloClass`), when classes are configured: a drop misses its SLO. */
     readonly sloClass?: number;
-  };
+  }
+  /**
+   * The router saw an attempt at a request fail. `final`: no retry is left
+   * (or no instance could take it, `no_instance`) — the request is failed,
+   * a final state beside completed and dropped; else it was retried.
+   */
+  | {
+    readonly type: "attempt_failed";
+    readonly requestId: number;
+    /** The instance it failed at; -1 for `no_instance`. */
+    readonly instance: number;
+    readonly timeMs: number;
+    readonly reason: FailReason | "no_instance";
+    /** The attempt that failed (0: the first). */
+    readonly attempt: number;
+    readonly final: boolean;
+    /** The request's arrival, for the recovery metric. */
+    readonly arrivalMs: number;
+    readonly sloClass?: number;
+  }
+  /** The autoscaler decided (a point of its record, for the report and chart). */
+  | { readonly type: "scaled"; readonly decision: ScalingDecision }
+  /** The autoscaler asks for the SLO attainment since its last probe. */
+  | { readonly type: "slo_probe"; readonly replyTo: ActorRef<SloWindow> };
+
+/** Commands the autoscaler accepts: its own timer, and the signals it reads. */
+export type AutoscalerCommand = { readonly type: "scale_tick" } | InstanceStatus | SloWindow;
+
+/** Commands the fault injector accepts: its own timer. */
+export type FaultInjectorCommand = { readonly type: "inject" };
+
+/** Every command an instance may get when faults or autoscaling are configured (beside its model's own). */
+export type LifecycleCommand = Probe | FaultCommand | ScalingCommand;
 
 /** Any message of the protocol. */
-export type AnyMessage = SourceCommand | RouterCommand | InstanceCommand | BatchingCommand | MetricsCommand;
+export type AnyMessage =
+  | SourceCommand
+  | RouterCommand
+  | InstanceCommand
+  | BatchingCommand
+  | MetricsCommand
+  | AutoscalerCommand
+  | FaultInjectorCommand
+  | LifecycleCommand;
 
 /** Fails loudly on a message no `case` handled. */
 export function assertNever(message: never): never {

@@ -21,12 +21,15 @@ import {
 import type { RunResult } from "./simulation.ts";
 import { reviveTraceFormatError } from "./trace_reader.ts";
 import {
+  buildAutoscaler,
+  buildFaultInjector,
   buildMetrics,
   checkConservation,
   metricsOptions,
   pendingRequests,
   type Placement,
   type SimulationConfig,
+  startRun,
   wire,
 } from "./topology.ts";
 
@@ -106,9 +109,14 @@ export async function simulateRealtime(
   const tap: DeliveryTap = (message, to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route") arrivals++;
-    // A decode leg's serve is the same request again: it entered with its prefill leg.
-    else if (m.type === "serve" && m.leg?.phase !== "decode") served++;
+    // A decode leg's serve, or a retry's, is the same request again: it entered with its first.
+    else if (m.type === "serve" && m.leg?.phase !== "decode" && (m.attempt ?? 0) === 0) served++;
     else if (m.type === "completed" || m.type === "dropped") finished++;
+    else if (m.type === "attempt_failed" && m.final) {
+      finished++;
+      // Failed on arrival (no instance to take it): it never had a serve.
+      if (m.reason === "no_instance" && m.attempt === 0) served++;
+    }
     options.onDeliver?.(message, to, timeMs);
   };
   const runtime = new WorkerRuntime({
@@ -123,7 +131,7 @@ export async function simulateRealtime(
     const run = wire(config, placeInWorkers(runtime, config, collector, options));
     await runtime.start({ signal: options.signal });
     options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
-    runtime.kernel.send(run.source, { type: "start" });
+    startRun(run, (to, message) => runtime.kernel.send(to, message));
     await runtime.run(new WallClock(options.wallTime, options.speed), {
       signal: options.signal,
       untilMs: config.untilMs,
@@ -132,7 +140,7 @@ export async function simulateRealtime(
     const summary = collector.summary();
     const inFlight = served - finished + pendingRequests(runtime.kernel, false).inFlight;
     checkConservation(
-      { arrivals, completed: summary.completed, dropped: summary.dropped, inFlight },
+      { arrivals, completed: summary.completed, dropped: summary.dropped, failed: summary.failed, inFlight },
       runtime.kernel.nowMs,
     );
     return {
@@ -193,12 +201,17 @@ function placeInWorkers(
       instanceRefs.add(ref);
       return ref;
     },
-    router: (name, instances) =>
+    router: (name, instances, metrics) =>
       runtime.spawnRemote<RouteCommand>(name, {
-        ...remote("createRouter", [instances, config, plugin, options.pluginPool]),
+        ...remote("createRouter", [instances, config, plugin, options.pluginPool, metrics]),
         ownWorker: true,
-        ...(plugin ? pluginSandbox(plugin, instanceRefs, options) : {}),
+        ...(plugin ? pluginSandbox(plugin, instanceRefs, metrics, options) : {}),
       }),
+    // The fault injector and the autoscaler only send a few commands: they stay in this thread.
+    faults: (name, instances, router) =>
+      runtime.spawnLocal(name, buildFaultInjector(config, instances, router)),
+    autoscaler: (name, instances, router, metrics) =>
+      runtime.spawnLocal(name, buildAutoscaler(config, instances, router, metrics)),
     source: (name, router) => {
       const trace = config.workload.trace;
       return runtime.spawnRemote<SourceCommand>(name, {
@@ -214,6 +227,7 @@ function placeInWorkers(
 function pluginSandbox(
   plugin: string,
   instanceRefs: ReadonlySet<number>,
+  metrics: number,
   options: RealtimeOptions,
 ): Partial<RemoteActorSpec> {
   return {
@@ -228,10 +242,25 @@ function pluginSandbox(
     timeoutMs: options.pluginTimeoutMs ?? 5000,
     timeoutKind: "plugin_timeout",
     describe: describeRouted,
-    // A router sends only "serve" commands to instances, never later than now.
-    mayEmit: (out: Outgoing) =>
-      out?.op === "send" && instanceRefs.has(out.to) && out.message?.type === "serve" && out.delayMs === 0,
+    mayEmit: (out: Outgoing) => routerMayEmit(out, instanceRefs, metrics),
   };
+}
+
+/** The router's own timers (health probes, replica sync, a replica's delayed report). */
+const ROUTER_TIMERS: ReadonlySet<string> = new Set(["probe_tick", "sync_tick", "replica_status"]);
+
+/**
+ * What a router (with a plugin in its Worker) may send, never later than
+ * now: `serve` and `probe` to instances, failed attempts to the metrics,
+ * and its own timers.
+ */
+function routerMayEmit(out: Outgoing, instanceRefs: ReadonlySet<number>, metrics: number): boolean {
+  if (out?.op === "schedule") return ROUTER_TIMERS.has(out.message?.type);
+  if (out?.op !== "send" || out.delayMs !== 0) return false;
+  const type = out.message?.type;
+  return instanceRefs.has(out.to)
+    ? type === "serve" || type === "probe"
+    : out.to === metrics && type === "attempt_failed";
 }
 
 /** Names a message to the router in a timeout error: the request a `route` carries. */

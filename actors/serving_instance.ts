@@ -10,6 +10,7 @@ import { InstanceActor, type InstanceModel } from "./instance_model.ts";
 import { PriorityFifo } from "./priority_fifo.ts";
 import {
   assertNever,
+  type CompletionRecord,
   type DropReason,
   type InstanceCommand,
   type InstanceStatus,
@@ -71,6 +72,10 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
   #busyMs = 0;
   #queuedPromptTokens = 0;
   #prefillTokens = 0;
+  /** The factor on service time of requests that start from now on (a `slow` fault); 1: none. */
+  #slowdown = 1;
+  /** The factor the request in service started with: its decode keeps it. */
+  #currentSlowdown = 1;
 
   constructor(
     index: number,
@@ -126,6 +131,15 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
     }
   }
 
+  /**
+   * Slows the requests that start from now on: their prefill and decode
+   * times are multiplied by `factor`; the request in service keeps its
+   * timer and its decode time.
+   */
+  protected slowed(factor: number, _ctx: ActorContext<InstanceCommand>): void {
+    this.#slowdown = factor;
+  }
+
   /** Busy with one request and the queue behind it full: `queue_full`. */
   protected refusal(_request: Request): DropReason | undefined {
     return this.#current !== undefined && this.#queue.size >= this.#options.maxQueue
@@ -168,11 +182,12 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
     const prefillMs = options.serviceTime === "exponential"
       ? sampleExponential(meanPrefillMs, ctx.random)
       : meanPrefillMs;
+    const slowdown = this.#currentSlowdown = this.#slowdown;
     this.#current = command;
     this.#startMs = ctx.now();
     this.#cachedTokens = cachedTokens;
     this.#prefillTokens = uncached;
-    ctx.schedule(prefillMs, PREFILL_DONE);
+    ctx.schedule(prefillMs * slowdown, PREFILL_DONE);
   }
 
   #prefillDone(ctx: ActorContext<InstanceCommand>): void {
@@ -180,16 +195,17 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
     this.#firstTokenMs = ctx.now();
     this.#prefillTokens = 0;
     if (current.request.prefixGroup >= 0) this.cache.markComputed(current.request.prefixGroup);
-    const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens;
+    const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens * this.#currentSlowdown;
     if (decodeMs > 0) ctx.schedule(decodeMs, DECODE_DONE);
     else this.#finish(ctx);
   }
 
   #finish(ctx: ActorContext<InstanceCommand>): void {
-    const { request, replyTo } = this.#current!;
+    const current = this.#current!;
+    const { request, replyTo } = current;
     const now = ctx.now();
     this.#busyMs += now - this.#startMs;
-    this.complete({
+    const record: CompletionRecord = {
       requestId: request.id,
       instance: this.index,
       arrivalMs: request.arrivalMs,
@@ -199,9 +215,10 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
       promptTokens: request.prefixTokens + request.suffixTokens,
       cachedTokens: this.#cachedTokens,
       outputTokens: request.outputTokens,
-      routing: this.#current!.routing,
+      routing: current.routing,
       ...(request.sloClass !== undefined && { sloClass: request.sloClass }),
-    }, ctx);
+    };
+    this.complete(record, current, ctx);
     this.#current = undefined;
     const next = this.#queue.dequeue();
     if (next !== undefined) {

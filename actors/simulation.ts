@@ -15,6 +15,8 @@ import type { FleetCache, Router } from "./router.ts";
 import { type DeliveryTap, Kernel } from "./runtime/kernel.ts";
 import type { ServingInstance } from "./serving_instance.ts";
 import {
+  buildAutoscaler,
+  buildFaultInjector,
   buildInstance,
   buildMetrics,
   buildRouter,
@@ -23,7 +25,9 @@ import {
   metricsOptions,
   pendingRequests,
   type PoolPolicies,
+  type RunActors,
   type SimulationConfig,
+  startRun,
   wire,
 } from "./topology.ts";
 import { TraceSource } from "./trace_source.ts";
@@ -92,7 +96,7 @@ export interface RunProgress {
 export function simulate(config: SimulationConfig, options: SimulateOptions = {}): RunResult {
   const kernel = new Kernel({ seed: config.seed, onDeliver: options.onDeliver });
   const run = placeLocally(kernel, config, options);
-  kernel.send(run.sourceRef, { type: "start" });
+  startRun(run.refs, (to, message) => kernel.send(to, message));
   if (options.onProgress === undefined) kernel.run({ untilMs: config.untilMs });
   else runWithProgress(kernel, run, config.untilMs ?? Infinity, options.onProgress);
 
@@ -104,6 +108,7 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   }
   options.inspect?.({
     router: run.router,
+    // With faults or autoscaling each is a FaultyInstance around one of these (its `inner`).
     instances: run.instances as (ServingInstance | BatchingInstance)[],
   });
   const summary = run.metrics.summary();
@@ -112,7 +117,13 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   for (const instance of run.instances) inFlight += instance.waiting + instance.running;
   const requests = run.source.emitted - pending.notYetArrived;
   checkConservation(
-    { arrivals: requests, completed: summary.completed, dropped: summary.dropped, inFlight },
+    {
+      arrivals: requests,
+      completed: summary.completed,
+      dropped: summary.dropped,
+      failed: summary.failed,
+      inFlight,
+    },
     kernel.nowMs,
   );
   return {
@@ -133,7 +144,7 @@ interface LocalRun {
   readonly instances: readonly ServingActor[];
   readonly router: Router;
   readonly source: WorkloadSource | TraceSource;
-  readonly sourceRef: ReturnType<typeof wire>["source"];
+  readonly refs: RunActors;
   readonly policy: RoutingPolicy;
 }
 
@@ -157,7 +168,7 @@ function placeLocally(kernel: Kernel, config: SimulationConfig, options: Simulat
       return kernel.spawn(name, instance);
     },
     // The god's-eye view, for routing accounting only (the policy never sees it).
-    router: (name, instanceRefs) =>
+    router: (name, instanceRefs, metricsRef) =>
       kernel.spawn(
         name,
         router = buildRouter(
@@ -166,12 +177,17 @@ function placeLocally(kernel: Kernel, config: SimulationConfig, options: Simulat
           policy,
           fleetCache(config, instances, kernel),
           poolPolicies,
+          metricsRef,
         ),
       ),
     source: (name, routerRef) =>
       kernel.spawn(name, source = buildSource(config.workload, routerRef, config.seed)),
+    faults: (name, instanceRefs, routerRef) =>
+      kernel.spawn(name, buildFaultInjector(config, instanceRefs, routerRef)),
+    autoscaler: (name, instanceRefs, routerRef, metricsRef) =>
+      kernel.spawn(name, buildAutoscaler(config, instanceRefs, routerRef, metricsRef)),
   });
-  return { metrics: metrics!, instances, router: router!, source: source!, sourceRef: refs.source, policy };
+  return { metrics: metrics!, instances, router: router!, source: source!, refs, policy };
 }
 
 /** Runs in slices of 65,536 deliveries, telling `onProgress` how far the run is after each. */
@@ -181,7 +197,7 @@ function runWithProgress(
   untilMs: number,
   onProgress: (p: RunProgress) => void,
 ) {
-  while (kernel.pendingCount > 0 && kernel.nextTimeMs() <= untilMs) {
+  while (kernel.liveCount > 0 && kernel.nextTimeMs() <= untilMs) {
     kernel.run({ untilMs, maxDeliveries: 1 << 16 });
     onProgress({
       arrived: run.source.emitted,

@@ -14,6 +14,7 @@
  * instances report to the router, and the one check that no request was lost.
  */
 import { createCacheView } from "./cache_view.ts";
+import type { AutoscaleConfig, Fault } from "./faults.ts";
 import {
   type EngineConfig,
   instancePools,
@@ -25,7 +26,19 @@ import {
 import { instanceModel } from "./instance_models.ts";
 import { MetricsCollector, type MetricsOptions, type SloTargets } from "./metrics_collector.ts";
 import { policyReads, type PolicySpec, type RoutingPolicy } from "./policies/mod.ts";
-import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
+import type {
+  AnyMessage,
+  FaultInjectorCommand,
+  InstanceStatus,
+  LifecycleCommand,
+  MetricsCommand,
+  RouteCommand,
+  ServeCommand,
+  SourceCommand,
+} from "./protocol.ts";
+import { Autoscaler } from "./autoscaler.ts";
+import { FaultInjector } from "./fault_injector.ts";
+import { FaultyInstance } from "./faulty_instance.ts";
 import { requestClasses } from "./request_classes.ts";
 import {
   type Disaggregation,
@@ -55,6 +68,22 @@ export interface RouterConfig {
   readonly pdFlow?: "prefill-first" | "decode-first";
   /** Decode-first: prefill on the decode instance when fewer prompt tokens than this are uncached there. @default 0 */
   readonly pdLocalPrefillTokens?: number;
+  /** Router replicas, each with its own views (design.md, "Router replicas"). @default 1 */
+  readonly replicas?: number;
+  /** How arrivals are spread over the replicas: uniformly at random, or by session key. @default "random" */
+  readonly replicaSpread?: "random" | "session";
+  /** Replicas exchange what they routed every this many ms; 0: one shared view. @default never (independent views) */
+  readonly replicaSyncMs?: number;
+  /** Per replica, an extra delay on the instances' reports to it, ms. @default 0 for each */
+  readonly replicaDelaysMs?: readonly number[];
+  /**
+   * The router probes the instances' health, and takes one whose last
+   * report is older than this as down until it reports again, ms.
+   * @default Infinity (no probes; a crash is learnt only from failed requests)
+   */
+  readonly statusTtlMs?: number;
+  /** Retries of a request whose attempt failed at an instance (faults). @default 1 */
+  readonly retryBudget?: number;
 }
 
 /** A complete, validated description of one run. */
@@ -77,6 +106,10 @@ export interface SimulationConfig {
   readonly untilMs?: number;
   /** SLOs of every request its class does not override; a field absent everywhere is not checked. @default none */
   readonly slo?: SloTargets;
+  /** Instance faults (design.md, "Faults"). @default none */
+  readonly faults?: readonly Fault[];
+  /** The autoscaler; `instances.count` is then its `max`. @default none (a fixed fleet) */
+  readonly autoscale?: AutoscaleConfig;
 }
 
 /** The actors' names; each seeds the actor's random stream, so they never change. */
@@ -85,6 +118,8 @@ export const ACTOR_NAMES = {
   router: "router",
   source: "source",
   instance: (index: number): string => `instance/${index}`,
+  faults: "faults",
+  autoscaler: "autoscaler",
 } as const;
 
 /**
@@ -95,9 +130,29 @@ export const ACTOR_NAMES = {
 export interface Placement {
   metrics(name: string): ActorRef<MetricsCommand>;
   instance(name: string, index: number, metrics: ActorRef<MetricsCommand>): ActorRef<ServeCommand>;
-  router(name: string, instances: readonly ActorRef<ServeCommand>[]): ActorRef<RouteCommand>;
+  router(
+    name: string,
+    instances: readonly ActorRef<ServeCommand>[],
+    metrics: ActorRef<MetricsCommand>,
+  ): ActorRef<RouteCommand>;
   source(name: string, router: ActorRef<RouteCommand>): ActorRef<SourceCommand>;
+  /** The fault injector (spawned only when the config has faults). */
+  faults(
+    name: string,
+    instances: readonly ActorRef<LifecycleCommand>[],
+    router: ActorRef<InstanceStatus>,
+  ): ActorRef<FaultInjectorCommand>;
+  /** The autoscaler (spawned only when the config has an `autoscale` block). */
+  autoscaler(
+    name: string,
+    instances: readonly ActorRef<LifecycleCommand>[],
+    router: ActorRef<InstanceStatus>,
+    metrics: ActorRef<MetricsCommand>,
+  ): ActorRef<AutoscalerStart>;
 }
+
+/** What starts the autoscaler's ticks (sent once at time 0). */
+export type AutoscalerStart = { readonly type: "start" };
 
 /** The addresses of one run's actors. */
 export interface RunActors {
@@ -105,18 +160,53 @@ export interface RunActors {
   readonly instances: readonly ActorRef<ServeCommand>[];
   readonly router: ActorRef<RouteCommand>;
   readonly source: ActorRef<SourceCommand>;
+  /** The fault injector, when the config has faults. */
+  readonly faults?: ActorRef<FaultInjectorCommand>;
+  /** The autoscaler, when the config has one. */
+  readonly autoscaler?: ActorRef<AutoscalerStart>;
 }
 
-/** Spawns a run's actors through `placement`, in the one order both runtimes use. */
+/**
+ * Spawns a run's actors through `placement`, in the one order both runtimes
+ * use; the fault injector and the autoscaler come last, so a run without
+ * them has the same addresses as before they existed.
+ */
 export function wire(config: SimulationConfig, placement: Placement): RunActors {
   const metrics = placement.metrics(ACTOR_NAMES.metrics);
   const instances = Array.from(
     { length: config.instances.count },
     (_, i) => placement.instance(ACTOR_NAMES.instance(i), i, metrics),
   );
-  const router = placement.router(ACTOR_NAMES.router, instances);
+  const router = placement.router(ACTOR_NAMES.router, instances, metrics);
   const source = placement.source(ACTOR_NAMES.source, router);
-  return { metrics, instances, router, source };
+  // Instances take lifecycle commands whenever faults or autoscaling are configured (they are wrapped then).
+  const lifecycle = instances as readonly ActorRef<LifecycleCommand>[];
+  const status = router as ActorRef<InstanceStatus>;
+  const faults = (config.faults?.length ?? 0) > 0
+    ? placement.faults(ACTOR_NAMES.faults, lifecycle, status)
+    : undefined;
+  const autoscaler = config.autoscale === undefined
+    ? undefined
+    : placement.autoscaler(ACTOR_NAMES.autoscaler, lifecycle, status, metrics);
+  return { metrics, instances, router, source, faults, autoscaler };
+}
+
+/**
+ * Sends the messages that start a run, in one order for both runtimes: the
+ * source's `start`, then the fault injector's and the autoscaler's.
+ */
+export function startRun(
+  run: RunActors,
+  send: <M extends { type: string }>(to: ActorRef<M>, message: M) => void,
+): void {
+  send(run.source, { type: "start" });
+  if (run.faults !== undefined) send(run.faults, { type: "inject" });
+  if (run.autoscaler !== undefined) send(run.autoscaler, { type: "start" });
+}
+
+/** Whether instances can fail or come and go (faults or autoscaling): they are then wrapped, and failures reported. */
+export function hasLifecycle(config: SimulationConfig): boolean {
+  return (config.faults?.length ?? 0) > 0 || config.autoscale !== undefined;
 }
 
 /**
@@ -135,6 +225,8 @@ export function metricsOptions(config: SimulationConfig): MetricsOptions {
     pools: isDisaggregated(config.instances)
       ? instancePools(config.instances).map((p) => p.role === "prefill" ? 0 : 1)
       : undefined,
+    ...((config.faults?.length ?? 0) > 0 && { faults: config.faults }),
+    ...(config.autoscale !== undefined && { autoscale: config.autoscale }),
   };
 }
 
@@ -157,12 +249,13 @@ export function buildInstance(
   // Decode-first with local prefill: the router itself reads the decode instances' blocks.
   const routerReadsBlocks = pool.role === "decode" && config.router.pdFlow === "decode-first" &&
     (config.router.pdLocalPrefillTokens ?? 0) > 0;
-  return instanceModel(config.instances.model).create(
-    index,
-    instances,
-    metrics,
-    statusReporting(config, pluginPolicy, policy, routerReadsBlocks),
-  );
+  const reporting = statusReporting(config, pluginPolicy, policy, routerReadsBlocks);
+  const create = () => instanceModel(config.instances.model).create(index, instances, metrics, reporting);
+  if (!hasLifecycle(config)) return create();
+  return new FaultyInstance(index, create, {
+    active: index < (config.autoscale?.initial ?? Infinity),
+    delayMs: reporting.delayMs,
+  });
 }
 
 /** The policies of a disaggregated fleet's pools (absent: the run's policy). */
@@ -178,12 +271,49 @@ export function buildRouter(
   policy: RoutingPolicy,
   fleetCache?: FleetCache,
   poolPolicies: PoolPolicies = {},
+  metrics?: ActorRef<MetricsCommand>,
 ): Router {
+  const router = config.router;
+  const replicas = router.replicas ?? 1;
   return new Router(instances, policy, {
     ...routerOptions(config),
     fleetCache,
     disaggregation: disaggregation(config, policy, poolPolicies),
+    ...(replicas > 1 && {
+      replicas: {
+        count: replicas,
+        spread: router.replicaSpread ?? "random",
+        syncMs: router.replicaSyncMs,
+        delaysMs: router.replicaDelaysMs,
+      },
+    }),
+    seed: config.seed,
+    statusTtlMs: router.statusTtlMs ?? Infinity,
+    retryBudget: router.retryBudget ?? 1,
+    // Failed attempts go to the metrics wherever a request can fail: faults, scaling, or a TTL's verdict.
+    ...((hasLifecycle(config) || Number.isFinite(router.statusTtlMs ?? Infinity)) && metrics !== undefined &&
+      { metrics }),
+    ...(config.autoscale !== undefined && { initiallyAvailable: config.autoscale.initial }),
   });
+}
+
+/** The fault injector of a config with faults. */
+export function buildFaultInjector(
+  config: SimulationConfig,
+  instances: readonly ActorRef<LifecycleCommand>[],
+  router: ActorRef<InstanceStatus>,
+): FaultInjector {
+  return new FaultInjector(config.faults ?? [], instances, router);
+}
+
+/** The autoscaler of a config with an `autoscale` block. */
+export function buildAutoscaler(
+  config: SimulationConfig,
+  instances: readonly ActorRef<LifecycleCommand>[],
+  router: ActorRef<InstanceStatus>,
+  metrics: ActorRef<MetricsCommand>,
+): Autoscaler {
+  return new Autoscaler(config.autoscale!, instances, router, metrics);
 }
 
 /** A disaggregated fleet's pools as the router routes them; undefined for an aggregated fleet. */
@@ -301,20 +431,22 @@ export interface RequestCount {
   readonly arrivals: number;
   readonly completed: number;
   readonly dropped: number;
-  /** Arrived and neither completed nor dropped. */
+  /** Requests whose every attempt failed (faults). */
+  readonly failed: number;
+  /** Arrived and neither completed, dropped nor failed. */
   readonly inFlight: number;
 }
 
 /**
- * Nothing is lost: every arrival ended completed or dropped, or is in flight.
+ * Nothing is lost: every arrival ended completed, dropped or failed, or is in flight.
  * @throws {SimulationError} (`invariant_broken`) when the counts disagree.
  */
 export function checkConservation(count: RequestCount, timeMs: number): void {
-  const { arrivals, completed, dropped, inFlight } = count;
-  if (completed + dropped + inFlight !== arrivals) {
+  const { arrivals, completed, dropped, failed, inFlight } = count;
+  if (completed + dropped + failed + inFlight !== arrivals) {
     throw new SimulationError(
       "invariant_broken",
-      `requests not conserved: completed ${completed} + dropped ${dropped} + in flight ${inFlight} != arrivals ${arrivals}`,
+      `requests not conserved: completed ${completed} + dropped ${dropped} + failed ${failed} + in flight ${inFlight} != arrivals ${arrivals}`,
       { timeMs },
     );
   }
@@ -322,11 +454,12 @@ export function checkConservation(count: RequestCount, timeMs: number): void {
 
 /**
  * Requests in messages the kernel has not delivered: `inFlight` (a `serve`,
- * a `prefilled`, or a `route` due by now) and `notYetArrived` (a `route`
- * stamped after the run stopped), counted independently of the metrics.
- * `handOffs` false leaves out a disaggregated request's messages after its
- * prefill leg (`prefilled`, the decode leg's `serve`), for a count that has
- * the request already (the real-time run's, from the prefill leg's delivery).
+ * a `prefilled`, a `request_failed` on its way back to the router, or a
+ * `route` due by now) and `notYetArrived` (a `route` stamped after the run
+ * stopped), counted independently of the metrics. `handOffs` false leaves
+ * out a request's messages after its first attempt's first leg (`prefilled`,
+ * a decode leg's `serve`, a failure, a retry's `serve`), for a count that
+ * has the request already (the real-time run's, from that leg's delivery).
  */
 export function pendingRequests(
   kernel: Kernel,
@@ -336,9 +469,11 @@ export function pendingRequests(
   kernel.forEachPending((message, _to, timeMs) => {
     const m = message as AnyMessage;
     if (m.type === "route" && timeMs > kernel.nowMs) notYetArrived++;
-    else if (m.type === "route" || (m.type === "serve" && (handOffs || m.leg?.phase !== "decode"))) {
-      inFlight++;
-    } else if (m.type === "prefilled" && handOffs) inFlight++;
+    else if (m.type === "route") inFlight++;
+    else if (m.type === "serve") {
+      // The real-time count has a request from its first attempt's first leg on.
+      if (handOffs || (m.leg?.phase !== "decode" && (m.attempt ?? 0) === 0)) inFlight++;
+    } else if ((m.type === "prefilled" || m.type === "request_failed") && handOffs) inFlight++;
   });
   return { inFlight, notYetArrived };
 }

@@ -1,8 +1,10 @@
 /**
  * @module
- * The workload source actor: Poisson arrivals of requests whose prompts share
- * a prefix with probability `sharedFrac`, the group drawn by Zipf popularity.
+ * The workload source actor: Poisson, bursty or time-varying arrivals of
+ * requests whose prompts share a prefix with probability `sharedFrac`, the
+ * group drawn by Zipf popularity.
  */
+import { type ArrivalProcess, createArrivalProcess } from "./arrival_process.ts";
 import { type LengthDistribution, sampleExponential, sampleLength, ZipfSampler } from "./distributions.ts";
 import { assertNever, type Request, type RouteCommand, type SourceCommand } from "./protocol.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
@@ -38,10 +40,45 @@ export interface WorkloadOptions {
   readonly sessions?: SessionOptions;
   /** Request classes (shares, priorities, SLOs), synthetic or replayed; absent: requests carry no class. */
   readonly classes?: readonly RequestClass[];
+  /** How arrivals (or session starts) are spaced in time. @default Poisson at `ratePerSec`, constant */
+  readonly arrivals?: ArrivalOptions;
 }
 
 /**
- * Multi-turn sessions. Arrivals at `ratePerSec` start sessions; each has a
+ * Bursty and time-varying arrivals. The mean rate is always `ratePerSec`
+ * (times the profile's factor at each moment).
+ */
+export interface ArrivalOptions {
+  /**
+   * `poisson`: exponential gaps. `gamma`: a renewal process whose gaps are
+   * Gamma-distributed with squared coefficient of variation `burstiness`
+   * (1 is Poisson; above 1, bursty). `mmpp`: a two-state Markov-modulated
+   * Poisson process whose high state's rate is `burstiness` times the low
+   * state's, each state lasting an exponential time of mean `burstMs`.
+   */
+  readonly process: "poisson" | "gamma" | "mmpp";
+  /** gamma: CV² of the gaps (> 0); mmpp: high/low rate ratio (>= 1). @default 1 */
+  readonly burstiness: number;
+  /** mmpp: mean time in each state, ms (> 0). @default 10000 */
+  readonly burstMs: number;
+  /**
+   * A rate profile: the rate is `ratePerSec` × a factor that moves linearly
+   * between these points (sorted by `atMs`, the first at 0) and stays at the
+   * last one after it — or repeats from 0 every `periodMs` when set.
+   * Absent: factor 1 throughout.
+   */
+  readonly profile?: RateProfile;
+}
+
+/** A piecewise-linear factor on the arrival rate over simulated time. */
+export interface RateProfile {
+  readonly points: readonly { readonly atMs: number; readonly factor: number }[];
+  /** Repeat every this many ms (a diurnal cycle); absent: hold the last factor. */
+  readonly periodMs?: number;
+}
+
+/**
+ * Multi-turn sessions. Arrivals (at `ratePerSec`, spaced by `arrivals`) start sessions; each has a
  * geometric number of turns (mean `turnsMean`), spaced by exponential think
  * times (open loop: a turn does not wait for the previous answer). Turn k's
  * prompt is turn k−1's prompt and answer plus a new message (`suffixTokens`),
@@ -82,15 +119,16 @@ const EMIT: SourceCommand = Object.freeze({ type: "emit" });
  *
  * Draw order per request, from the source's own stream: shared-or-unique,
  * Zipf group (if shared), suffix length and output length (non-constant
- * distributions only), then the gap to the next arrival. A request's class,
- * when classes are configured, comes from their own stream (`classes`), so
- * the draws above are the same with or without them.
+ * distributions only), then the gap to the next arrival (the draws of
+ * {@linkcode createArrivalProcess}: one exponential for Poisson arrivals).
+ * A request's class, when classes are configured, comes from their own
+ * stream (`classes`), so the draws above are the same with or without them.
  */
 export class WorkloadSource implements Actor<SourceCommand> {
   readonly #options: WorkloadOptions;
   readonly #router: ActorRef<RouteCommand>;
   readonly #zipf: ZipfSampler;
-  readonly #meanGapMs: number;
+  readonly #arrivals: ArrivalProcess;
   readonly #batchSize: number;
   readonly #classes: RequestClasses | undefined;
   #nextArrivalMs = -1;
@@ -104,6 +142,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
    * @param router Where the requests go.
    * @param batchSize Arrivals sent per handler call.
    * @param classes Draws each request's class; absent: requests carry none.
+   * @throws {RangeError} for arrival options the process cannot run on (see {@linkcode createArrivalProcess}).
    */
   constructor(
     options: WorkloadOptions,
@@ -114,7 +153,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
     this.#options = options;
     this.#router = router;
     this.#zipf = new ZipfSampler(options.prefix.groups, options.prefix.zipf);
-    this.#meanGapMs = 1000 / options.ratePerSec;
+    this.#arrivals = createArrivalProcess(options.ratePerSec, options.arrivals);
     this.#batchSize = batchSize;
     this.#classes = classes;
   }
@@ -128,7 +167,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
     switch (message.type) {
       case "start":
         if (this.#nextArrivalMs < 0) {
-          this.#nextArrivalMs = ctx.now() + sampleExponential(this.#meanGapMs, ctx.random);
+          this.#nextArrivalMs = this.#arrivals.first(ctx.now(), ctx.random);
           this.#emitBatch(ctx);
         }
         break;
@@ -162,16 +201,17 @@ export class WorkloadSource implements Actor<SourceCommand> {
       ctx.send(this.#router, { type: "route", request }, arrivalMs - now);
       this.#emitted++;
       lastMs = arrivalMs;
-      arrivalMs += sampleExponential(this.#meanGapMs, random);
+      arrivalMs = this.#arrivals.next(random);
     }
     this.#nextArrivalMs = arrivalMs;
     if (this.#emitted < requests) ctx.schedule(lastMs - now, EMIT);
   }
 
   /**
-   * Session mode. Draw order: at each session start, shared-or-unique, Zipf
-   * group, number of turns, gap to the next session start; at each turn,
-   * message length, output length, think time to the next turn.
+   * Session mode: the arrival process spaces session starts. Draw order: at
+   * each session start, shared-or-unique, Zipf group, number of turns, gap to
+   * the next session start; at each turn, message length, output length,
+   * think time to the next turn. Each request carries its session's index.
    */
   #emitSessionBatch(ctx: ActorContext<SourceCommand>, sessions: SessionOptions): void {
     const { requests, prefix, suffixTokens, outputTokens } = this.#options;
@@ -193,7 +233,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
           contextTokens: prefix.tokens,
           sharedTokens: shared ? prefix.tokens : 0,
         });
-        this.#nextArrivalMs += sampleExponential(this.#meanGapMs, random);
+        this.#nextArrivalMs = this.#arrivals.next(random);
         continue;
       }
       const turn = pending.pop();
@@ -216,6 +256,7 @@ export class WorkloadSource implements Actor<SourceCommand> {
         outputTokens: output,
         prefixKeys,
         keyTokens: k,
+        session: turn.session,
       };
       if (this.#classes !== undefined) request = this.#classes.assign(request);
       ctx.send(this.#router, { type: "route", request }, arrivalMs - now);

@@ -52,6 +52,12 @@ export const NUMERIC_FLAGS: Readonly<Record<string, NumericFlag>> = {
   "pd-local-prefill-tokens": { path: ["router", "pdLocalPrefillTokens"], integer: true },
   "host-kv-blocks": { path: ["instances", "engine", "hostKvBlocks"], integer: true },
   "host-kv-gbps": { path: ["instances", "engine", "hostKvGbps"], integer: false, infinite: true },
+  "router-replicas": { path: ["router", "replicas"], integer: true },
+  "replica-sync-ms": { path: ["router", "replicaSyncMs"], integer: false },
+  "status-ttl-ms": { path: ["router", "statusTtlMs"], integer: false, infinite: true },
+  "retry-budget": { path: ["router", "retryBudget"], integer: true },
+  burstiness: { path: ["workload", "arrivals", "burstiness"], integer: false },
+  "burst-ms": { path: ["workload", "arrivals", "burstMs"], integer: false },
 };
 
 /** The flags that split the fleet into a prefill pool and a decode pool (both needed). */
@@ -151,6 +157,9 @@ export const SCENARIO_OPTIONS = {
   "prefill-policy": { type: "string" },
   "decode-policy": { type: "string" },
   "pd-flow": { type: "string" },
+  "replica-spread": { type: "string" },
+  arrivals: { type: "string" },
+  faults: { type: "string" },
   "prefill-instances": { type: "string" },
   "decode-instances": { type: "string" },
   model: { type: "string" },
@@ -246,6 +255,17 @@ ${modelsHelp()}
   --seed N               seed of every random stream, integer >= 0
   --slo-ttft-ms N        TTFT SLO in ms, > 0 or inf; goodput and attainment count requests meeting every SLO
   --slo-tpot-ms N        TPOT SLO in ms, > 0 or inf (a request with one output token meets it)
+  --arrivals P           synthetic arrival process: poisson (default), gamma (renewal, gap CV² = --burstiness)
+                         or mmpp (two-state Markov-modulated; high/low rate ratio = --burstiness)
+  --burstiness X         gamma: CV² of the gaps (> 0; 1 is Poisson); mmpp: rate ratio (>= 1); default 1
+  --burst-ms X           mmpp: mean time in each state, ms (default 10000)
+  --router-replicas N    router replicas, each with its own view (default 1; see README, "Router replicas")
+  --replica-spread S     how arrivals are spread over replicas: random (default) or session
+  --replica-sync-ms X    replicas exchange what they routed every X ms; 0 = one shared view (default: never)
+  --faults FILE          a JSON list of instance faults {instance, kind, atMs, forMs}: kind crash, slow
+                         (with factor), drain or partition
+  --status-ttl-ms X      the router probes instances and avoids one whose last report is older (default inf)
+  --retry-budget N       retries of a request whose attempt failed at an instance (default 1)
   --json                 print JSON instead of a table
   -h, --help             show this help`;
 
@@ -317,6 +337,9 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
   setNumericFlags(values, base, flags);
   setTraceFlags(values, base, flags);
   setPoolFlags(values, flags);
+  if (typeof values.faults === "string") {
+    flags.set("--faults", ["faults"], await readJsonFile(values.faults, "--faults", "array"));
+  }
   refuseBesideRouter(values);
   const config = parseScenario(deepMerge(base, flags.overrides), (path) => flags.nameOf(path));
   await checkTraceFile(
@@ -325,6 +348,9 @@ export async function configFromFlags(values: Record<string, unknown>): Promise<
   );
   return resolveTracePath(withoutPoolPolicy(config, pluginPool) as SimulationConfig);
 }
+
+/** Flags whose value is a file of scenario data: an error inside names the field too. */
+const FILE_FLAGS: ReadonlySet<string> = new Set(["--faults"]);
 
 /** The scenario fields the flags set, and which flag set each (to name it in errors). */
 class FlagOverrides {
@@ -357,6 +383,10 @@ class FlagOverrides {
   nameOf(path: readonly PropertyKey[]): string {
     for (let n = path.length; n > 0; n--) {
       const flag = this.#flagOfPath.get(path.slice(0, n).join("."));
+      // A flag that reads a file (`--faults`) names the field inside it too: `--faults [0].forMs`.
+      if (flag && n < path.length && FILE_FLAGS.has(flag)) {
+        return `${flag} ${scenarioPath(path.slice(n)).replace(/^scenario\.?/, "")}`;
+      }
       if (flag) return flag;
     }
     // A whole section the user set through one of its flags (e.g. --preset for instances.engine).
@@ -424,6 +454,8 @@ function setStringFlags(values: Record<string, unknown>, flags: FlagOverrides): 
     ["preset", ["instances", "engine", "preset"]],
     ["trace", ["workload", "trace", "path"]],
     ["pd-flow", ["router", "pdFlow"]],
+    ["replica-spread", ["router", "replicaSpread"]],
+    ["arrivals", ["workload", "arrivals", "process"]],
   ];
   for (const [flag, path] of strings) {
     if (typeof values[flag] === "string") flags.set(`--${flag}`, path, values[flag]);

@@ -32,6 +32,14 @@ import {
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
+import {
+  arrivals,
+  autoscale,
+  dynamicsIssues,
+  faults,
+  resolveAutoscale,
+  routerDynamics,
+} from "./scenario_dynamics.ts";
 
 const count = (min: number) => z.number().int().min(min);
 
@@ -313,6 +321,7 @@ export const scenarioSchema = z.strictObject({
     networkDelayMs: z.number().min(0).default(0),
     pdFlow: z.enum(["prefill-first", "decode-first"]).optional(),
     pdLocalPrefillTokens: count(0).optional(),
+    ...routerDynamics,
   }).prefault({}),
   instances: z.preprocess(
     withPoolEngines,
@@ -348,11 +357,15 @@ export const scenarioSchema = z.strictObject({
     }).optional(),
     trace: trace.optional(),
     classes: requestClasses.optional(),
+    arrivals: arrivals.optional(),
   }).prefault({}),
   slo: slo.optional(),
+  faults: faults.optional(),
+  autoscale: autoscale.optional(),
   untilMs: z.number().gt(0).optional(),
 }).superRefine((s, ctx) => {
   checkPools(s.instances, ctx);
+  for (const issue of dynamicsIssues(s)) ctx.addIssue({ code: "custom", ...issue });
   const trace = s.workload.trace;
   const cachesBlocks = instanceModel(s.instances.model).cacheUnit === "blocks";
   if (trace?.format === "mooncake" && !cachesBlocks) {
@@ -413,7 +426,7 @@ export const scenarioSchema = z.strictObject({
         `the clock no longer resolves the 1 µs TTFT is measured in)`,
     });
   }
-});
+}).transform(resolveAutoscale);
 
 /**
  * A fleet of pools: batching only; all serving whole requests, or prefill
@@ -743,7 +756,11 @@ export function resolveTracePath(config: SimulationConfig): SimulationConfig {
  * a relative path is relative to the caller's directory.
  * @throws {UsageError} naming the flag when it is missing, unreadable or not JSON.
  */
-export async function readJsonFile(path: string, flag = "--scenario"): Promise<unknown> {
+export async function readJsonFile(
+  path: string,
+  flag = "--scenario",
+  holds: "object" | "array" = "object",
+): Promise<unknown> {
   let text: string;
   try {
     text = await Deno.readTextFile(fromCaller(path));
@@ -757,7 +774,12 @@ export async function readJsonFile(path: string, flag = "--scenario"): Promise<u
   } catch (error) {
     throw new UsageError(`${flag}: "${path}" is not valid JSON: ${(error as Error).message}`);
   }
-  if (!isPlainObject(value)) {
+  if (holds === "array" && !Array.isArray(value)) {
+    throw new UsageError(
+      `${flag}: "${path}" must hold a JSON list, got ${JSON.stringify(value)?.slice(0, 60)}`,
+    );
+  }
+  if (holds === "object" && !isPlainObject(value)) {
     throw new UsageError(
       `${flag}: "${path}" must hold a JSON object, got ${
         Array.isArray(value) ? "an array" : JSON.stringify(value)

@@ -105,6 +105,12 @@ Deno.test("bad input exits 2 with one clear line and no stack trace", async (t) 
     [["--requests"], "--requests: expected a value after the flag"],
     [["--instances", "1e9"], "--instances: expected a number <= 10000, got 1000000000"],
     [["--scenario", "tests/fixtures/not_an_object.json"], "must hold a JSON object, got an array"],
+    [["--faults", "tests/fixtures/faults_bad.json"], "--faults [0].forMs: expected a number > 0, got -1"],
+    [["--faults", "deno.json"], '--faults: "deno.json" must hold a JSON list'],
+    [["--router-replicas", "0"], "--router-replicas: expected a number >= 1, got 0"],
+    [["--replica-spread", "sticky"], '--replica-spread: expected one of "random", "session"'],
+    [["--arrivals", "mmpp", "--burstiness", "0.5"], '--burstiness: expected a number >= 1 for "mmpp"'],
+    [["--status-ttl-ms", "0"], "--status-ttl-ms: expected a number > 0, got 0"],
     [["--model", "batching", "--preset", "gpt-9"], '--preset: expected one of "qwen2.5-7b"'],
     [
       ["--trace-speed", "0", "--trace", "tests/fixtures/azure_sample.csv"],

@@ -41,6 +41,22 @@ function runtimeContract(label: string, newRuntime: (seed: number) => RuntimeHar
     }
   });
 
+  Deno.test(`${label}: background timers fire while other work is pending, and keep no run alive`, async () => {
+    const rt = newRuntime(1);
+    try {
+      const heart = rt.spawn("heart", "createHeartbeat");
+      const { ref, recorder } = rt.recorder("sink");
+      rt.send(heart, { type: "arm", replyTo: ref } as Message, 0);
+      await rt.run();
+      assertEquals(
+        recorder.received.map((r) => [r.timeMs, (r.message as Report & { label: string }).label]),
+        [[10, "beat"], [20, "beat"], [30, "beat"], [35, "last"]],
+      );
+    } finally {
+      rt.close();
+    }
+  });
+
   Deno.test(`${label}: a timer cancelled by a later handler at the same instant never fires`, async () => {
     const rt = newRuntime(1);
     try {

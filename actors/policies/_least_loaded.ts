@@ -3,10 +3,13 @@
  * Choice among equals, shared by several policies: the least-loaded instance
  * (load = (waiting + running) ÷ capacity, so a mixed fleet is balanced by
  * work), ties broken uniformly at random so that no instance, instance 0 least
- * of all, collects every tie.
+ * of all, collects every tie. Only available instances compete (the view's
+ * `available`); with every instance available, the choices and draws are
+ * those of a fleet without faults.
  */
 import type { Request } from "../protocol.ts";
 import type { RandomStream } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 import type { RouterView } from "./policy.ts";
@@ -14,11 +17,17 @@ import type { RouterView } from "./policy.ts";
 /**
  * Least-loaded instance overall, load = (waiting + running) ÷ capacity; ties
  * at random. A uniform fleet's capacities are all 1 and x ÷ 1 is x, so there
- * this is the fewest requests, with the same draws.
+ * this is the fewest requests, with the same draws. Among available
+ * instances only; unavailable ones draw nothing.
  */
 export function leastLoaded(view: RouterView, random: RandomStream): number {
   const { waiting, running, capacity } = view;
-  return pickBy(view.instanceCount, (i) => -(waiting[i] + running[i]) / capacity[i], random);
+  return pickBy(
+    view.instanceCount,
+    (i) => -(waiting[i] + running[i]) / capacity[i],
+    random,
+    availabilityMask(view),
+  );
 }
 
 /**
@@ -43,6 +52,10 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
  * later replaces do spend draws, so where matches differ in length the
  * random stream is not {@linkcode pickBy}'s over the longest; where every
  * match is equal (the group view) it is exactly pickBy's.
+ *
+ * Unavailable instances are skipped before their match is asked for, so they
+ * neither compete nor draw: the longest match is the longest among the
+ * available instances.
  */
 export function leastLoadedLongestMatch(
   view: RouterView,
@@ -51,8 +64,10 @@ export function leastLoadedLongestMatch(
   hostCredit: number,
 ): number {
   const { waiting, running, capacity } = view;
+  const available = availabilityMask(view);
   let best = -1, longest = 0, bestLoad = Infinity, ties = 0;
   for (let i = 0; i < view.instanceCount; i++) {
+    if (available !== undefined && available[i] !== 1) continue;
     const matched = effectiveMatch(view, i, request, hostCredit);
     if (matched === 0 || matched < longest) continue;
     const load = (waiting[i] + running[i]) / capacity[i];

@@ -8,10 +8,20 @@ import type { RandomStream } from "./policy.ts";
 /**
  * The index in [0, n) with the highest `score` (among those `score` does not
  * return NaN for); ties uniformly at random. −1 if every score is NaN.
+ *
+ * With `available` (an availability mask, see `availabilityMask`), only the
+ * indices whose entry is 1 compete: the others are not scored and draw
+ * nothing. Without it every index competes, as before availability existed.
  */
-export function pickBy(n: number, score: (i: number) => number, random: RandomStream): number {
+export function pickBy(
+  n: number,
+  score: (i: number) => number,
+  random: RandomStream,
+  available?: ArrayLike<number>,
+): number {
   let best = -1, bestScore = -Infinity, ties = 0;
   for (let i = 0; i < n; i++) {
+    if (available !== undefined && available[i] !== 1) continue;
     const s = score(i);
     if (Number.isNaN(s)) continue;
     if (best < 0 || s > bestScore) {

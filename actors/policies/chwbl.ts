@@ -5,6 +5,7 @@
  * bound (proportional to its capacity) takes the request.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 
 /** Parameters of {@linkcode chwbl}, with KubeAI's defaults. */
 export interface ChwblOptions {
@@ -42,6 +43,16 @@ export function fnv1a(text: string): number {
  * ring itself is not weighted (each instance keeps `ringPoints` points): a
  * slower instance is the first choice of as many keys, and the bound sends
  * its excess onward.
+ *
+ * Unavailable instances are as if removed from the ring, as KubeAI removes
+ * an endpoint that is not ready: the walk passes their points, and the total
+ * in-flight and Σ capacity of the bound are the available instances' (so
+ * some available instance is always within it, by the argument above). A key
+ * whose instance is available keeps it as long as the bound lets it — only
+ * the keys of an unavailable instance move, to the next available instance
+ * clockwise: the consistent-hashing property. (Where load bounds bind,
+ * removing an instance's load from the average can also move keys, as in
+ * KubeAI.)
  */
 export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
   const loadFactor = options.loadFactor ?? 1.25, ringPoints = options.ringPoints ?? 256;
@@ -58,8 +69,10 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
       const n = view.instanceCount;
       if (ring === undefined || ring.owner.length !== n * ringPoints) ring = build(n);
       const { inFlight, capacity } = view;
+      const available = availabilityMask(view);
       let total = 0, capacitySum = 0;
       for (let i = 0; i < n; i++) {
+        if (available !== undefined && available[i] !== 1) continue;
         total += inFlight[i];
         capacitySum += capacity[i];
       }
@@ -72,11 +85,14 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
         if (ring.hash[mid] < key) lo = mid + 1;
         else hi = mid;
       }
+      let first = -1;
       for (let step = 0; step < ring.hash.length; step++) {
         const owner = ring.owner[(lo + step) % ring.hash.length];
+        if (available !== undefined && available[owner] !== 1) continue;
         if (inFlight[owner] / capacity[owner] <= bound) return owner;
+        if (first < 0) first = owner;
       }
-      return ring.owner[lo % ring.hash.length]; // unreachable: someone is always at or below the mean
+      return first; // unreachable: some available instance is always at or below the mean
     },
   };
 }

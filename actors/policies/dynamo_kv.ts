@@ -4,7 +4,8 @@
  * compute plus decode blocks in flight; a temperature turns the arg-min into
  * a softmax sample.
  */
-import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import type { PolicyDescriptor, RandomStream, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
@@ -21,7 +22,9 @@ export interface DynamoKvOptions {
  * its cached overlap) + the instance's decode blocks) ÷ its capacity: blocks
  * of work, in the time the fastest instance would take (a uniform fleet
  * divides by 1, Dynamo's cost exactly). The overlap counts host-tier blocks
- * at `hostCredit` (Dynamo weighs host hits separately too).
+ * at `hostCredit` (Dynamo weighs host hits separately too). Only available
+ * instances are costed and chosen; at a temperature, the softmax is over
+ * them (normalised by the largest of their costs).
  */
 export function dynamoKv(options: DynamoKvOptions = {}): RoutingPolicy {
   const temperature = options.temperature ?? 0, hostCredit = options.hostCredit ?? HOST_CREDIT.default;
@@ -36,15 +39,39 @@ export function dynamoKv(options: DynamoKvOptions = {}): RoutingPolicy {
       const cost = (i: number) =>
         (view.pendingPrefillTokens[i] / B + promptBlocks - effectiveMatch(view, i, request, hostCredit) +
           view.decodeBlocks[i]) / view.capacity[i];
-      if (temperature === 0) return pickBy(view.instanceCount, (i) => -cost(i), random);
-      const costs = Array.from({ length: view.instanceCount }, (_, i) => cost(i));
-      const max = Math.max(...costs);
-      const weights = costs.map((c) => Math.exp(-(max > 0 ? c / max : 0) / temperature));
-      let u = random() * weights.reduce((a, b) => a + b, 0);
-      for (let i = 0; i < weights.length; i++) if ((u -= weights[i]) < 0) return i;
-      return weights.length - 1;
+      const available = availabilityMask(view);
+      if (temperature === 0) return pickBy(view.instanceCount, (i) => -cost(i), random, available);
+      const costs = Array.from(
+        { length: view.instanceCount },
+        (_, i) => available === undefined || available[i] === 1 ? cost(i) : NaN,
+      );
+      return softmaxSample(costs, temperature, random, available);
     },
   };
+}
+
+/**
+ * An index sampled with probability ∝ exp(−cost/max cost / T), one draw;
+ * with `available`, among the indices whose entry is 1 (the others weigh 0,
+ * and their costs are not read). Without it, exactly the rule over all.
+ */
+function softmaxSample(
+  costs: readonly number[],
+  temperature: number,
+  random: RandomStream,
+  available: ArrayLike<number> | undefined,
+): number {
+  const eligible = (i: number) => available === undefined || available[i] === 1;
+  let max = -Infinity, last = -1;
+  for (let i = 0; i < costs.length; i++) {
+    if (!eligible(i)) continue;
+    max = Math.max(max, costs[i]);
+    last = i;
+  }
+  const weights = costs.map((c, i) => eligible(i) ? Math.exp(-(max > 0 ? c / max : 0) / temperature) : 0);
+  let u = random() * weights.reduce((a, b) => a + b, 0);
+  for (let i = 0; i < weights.length; i++) if (eligible(i) && (u -= weights[i]) < 0) return i;
+  return last;
 }
 
 /** {@linkcode dynamoKv}, described for the registry (actors/policies/mod.ts). */

@@ -28,7 +28,11 @@ export interface HybridOptions {
   readonly hostCredit?: number;
 }
 
-/** Prefix-aware behind a queue-depth gate; its least-loaded choices are per capacity. */
+/**
+ * Prefix-aware behind a queue-depth gate; its least-loaded choices are per
+ * capacity. Both choices are among available instances only: the best cached
+ * instance is the best available one, and the gate is its queue.
+ */
 export function hybrid(options: HybridOptions = {}): RoutingPolicy {
   const threshold = options.threshold ?? 1, hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   if (!(threshold >= 0)) throw new RangeError(`hybrid: threshold must be a number >= 0, got ${threshold}`);

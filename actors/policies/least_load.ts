@@ -6,7 +6,7 @@
 import { leastLoaded } from "./_least_loaded.ts";
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 
-/** Picks the instance with the fewest requests waiting or running per unit of capacity (uniform fleet: the fewest). */
+/** Picks the available instance with the fewest requests waiting or running per unit of capacity (uniform fleet: the fewest). */
 export function leastLoad(): RoutingPolicy {
   return { name: "least_load", choose: (_request, view, random) => leastLoaded(view, random) };
 }

@@ -4,6 +4,7 @@
  * max-score picker with random tie-break.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
@@ -24,7 +25,9 @@ export interface LlmdWeightedOptions {
  * random. The queue is waiting ÷ capacity (a queue drains at its instance's
  * speed); KV utilisation is a share of the instance's own blocks, already
  * relative, so it is not divided. The prefix score counts host-tier blocks at
- * `hostCredit`, as llm-d's precise scorer weighs its CPU tier.
+ * `hostCredit`, as llm-d's precise scorer weighs its CPU tier. Only
+ * available instances are scored, and the queue score's range is theirs (as
+ * llm-d scores only the endpoints its filters kept).
  */
 export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
   const wP = options.prefixWeight ?? 3, wQ = options.queueWeight ?? 2, wK = options.kvWeight ?? 2;
@@ -33,21 +36,28 @@ export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
     name: "llmd_weighted",
     choose(request, view, random) {
       const { waiting, capacity } = view;
+      const available = availabilityMask(view);
       const q = (i: number) => waiting[i] / capacity[i];
       let qMax = -Infinity, qMin = Infinity;
       for (let i = 0; i < view.instanceCount; i++) {
+        if (available !== undefined && available[i] !== 1) continue;
         const qi = q(i);
         if (qi > qMax) qMax = qi;
         if (qi < qMin) qMin = qi;
       }
       // Blocks in the request: the whole prompt, keyed or not (llm-d hashes every block).
       const blocks = Math.ceil((request.prefixTokens + request.suffixTokens) / view.blockTokens);
-      return pickBy(view.instanceCount, (i) => {
-        const prefix = blocks > 0 ? effectiveMatch(view, i, request, hostCredit) / blocks : 0;
-        const queue = qMax === qMin ? 1 : (qMax - q(i)) / (qMax - qMin);
-        const kv = 1 - view.kvUtilization[i];
-        return wP * prefix + wQ * queue + wK * kv;
-      }, random);
+      return pickBy(
+        view.instanceCount,
+        (i) => {
+          const prefix = blocks > 0 ? effectiveMatch(view, i, request, hostCredit) / blocks : 0;
+          const queue = qMax === qMin ? 1 : (qMax - q(i)) / (qMax - qMin);
+          const kv = 1 - view.kvUtilization[i];
+          return wP * prefix + wQ * queue + wK * kv;
+        },
+        random,
+        available,
+      );
     },
   };
 }

@@ -48,6 +48,24 @@ export interface RouterView {
    * is balanced by work, not by counts (design.md, "Mixed fleets").
    */
   readonly capacity: ArrayLike<number>;
+  /**
+   * Per instance: 1 when the router may route there; 0 when it believes the
+   * instance down (a request failed there since it last reported, or its
+   * last report is older than the status TTL), draining, or not provisioned
+   * (design.md, "Faults"). Every instance is available in a run without
+   * faults or autoscaling. Policies choose among available instances (every
+   * built-in does, and with all of them available chooses, and draws, as
+   * though the field did not exist); a choice of an unavailable one is sent
+   * anyway (and may fail, to be retried).
+   */
+  readonly available: ArrayLike<number>;
+  /**
+   * How many instances are available (entries of `available` that are 1): at
+   * least 1 whenever a policy is asked (with none, the router fails the
+   * request). Equal to `instanceCount` when every instance is available, the
+   * cheap test for the common case.
+   */
+  readonly availableCount: number;
   /** Tokens per KV block in the router's view of caches. */
   readonly blockTokens: number;
   /** Whether `instance` is believed to hold prefix `group` (see the scenario's cache view). */
@@ -69,8 +87,11 @@ export interface RouterView {
 /**
  * A routing policy. `choose` must return an integer in
  * [0, view.instanceCount); the router treats anything else as a failure. It
- * may keep no hidden state: everything it needs is in the view, so the same
- * view and stream give the same choice.
+ * should return an available instance (`view.available[i] === 1`): the
+ * router sends any valid choice, but one it believes down, draining or not
+ * provisioned is likely to fail and be retried elsewhere. It may keep no
+ * hidden state: everything it needs is in the view, so the same view and
+ * stream give the same choice.
  *
  * @example A policy that always picks the last instance
  * ```ts

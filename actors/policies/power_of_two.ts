@@ -4,17 +4,28 @@
  * of them (the router's in-flight count ÷ the instance's capacity).
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask, nthAvailable } from "./_availability.ts";
 
-/** Power of two choices; a tie between the two is broken at random. */
+/**
+ * Power of two choices; a tie between the two is broken at random. The two
+ * are distinct available instances: the draws pick the k-th and j-th of the
+ * m available ones exactly as they pick instances k and j of a fleet of m
+ * (with every instance available, the draws and choice as ever); a single
+ * available instance is chosen without a draw.
+ */
 export function powerOfTwo(): RoutingPolicy {
   return {
     name: "power_of_two",
     choose(_request, view, random) {
-      const n = view.instanceCount;
-      if (n === 1) return 0;
-      const a = Math.floor(random() * n);
-      let b = Math.floor(random() * (n - 1));
+      const n = view.instanceCount, available = availabilityMask(view);
+      const m = available === undefined ? n : view.availableCount;
+      if (m === 1) return available === undefined ? 0 : nthAvailable(available, n, 0);
+      let a = Math.floor(random() * m), b = Math.floor(random() * (m - 1));
       if (b >= a) b++;
+      if (available !== undefined) {
+        a = nthAvailable(available, n, a);
+        b = nthAvailable(available, n, b);
+      }
       const la = view.inFlight[a] / view.capacity[a], lb = view.inFlight[b] / view.capacity[b];
       return la < lb ? a : lb < la ? b : random() < 0.5 ? a : b;
     },

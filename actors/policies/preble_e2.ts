@@ -5,6 +5,7 @@
  * load.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
@@ -21,7 +22,8 @@ export interface PrebleE2Options {
  * equal one), the lowest load cost. Else explore: the lowest load cost
  * overall. Load cost = (prefill tokens pending + decode KV tokens in flight,
  * last reports) ÷ the instance's capacity: work, in the fastest instance's
- * time (a uniform fleet divides by 1).
+ * time (a uniform fleet divides by 1). Only available instances count: m is
+ * the longest match among them, and both choices are made among them.
  */
 export function prebleE2(options: PrebleE2Options = {}): RoutingPolicy {
   const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
@@ -31,8 +33,10 @@ export function prebleE2(options: PrebleE2Options = {}): RoutingPolicy {
       const B = view.blockTokens;
       const cost = (i: number) =>
         (view.pendingPrefillTokens[i] + view.decodeBlocks[i] * B) / view.capacity[i];
+      const available = availabilityMask(view);
       let longest = 0;
       for (let i = 0; i < view.instanceCount; i++) {
+        if (available !== undefined && available[i] !== 1) continue;
         longest = Math.max(longest, effectiveMatch(view, i, request, hostCredit));
       }
       const matched = longest * B, total = request.prefixTokens + request.suffixTokens;
@@ -41,9 +45,10 @@ export function prebleE2(options: PrebleE2Options = {}): RoutingPolicy {
           view.instanceCount,
           (i) => effectiveMatch(view, i, request, hostCredit) === longest ? -cost(i) : NaN,
           random,
+          available,
         );
       }
-      return pickBy(view.instanceCount, (i) => -cost(i), random);
+      return pickBy(view.instanceCount, (i) => -cost(i), random, available);
     },
   };
 }

@@ -17,6 +17,8 @@ export interface PrefixAwareOptions {
 /**
  * Always follows the longest cached prefix, whatever the queue behind it;
  * load (among equal matches, and when nothing matches) is per capacity.
+ * Among available instances only: the longest match is the longest an
+ * available instance holds.
  */
 export function prefixAware(options: PrefixAwareOptions = {}): RoutingPolicy {
   const hostCredit = options.hostCredit ?? HOST_CREDIT.default;

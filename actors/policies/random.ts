@@ -5,10 +5,22 @@
  * kernel against queueing theory.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask, nthAvailable } from "./_availability.ts";
 
-/** Picks an instance uniformly at random from the router's stream. */
+/**
+ * Picks an instance uniformly at random from the router's stream: one draw,
+ * k = ⌊u × available count⌋, mapped to the k-th available instance (with
+ * every instance available, instance k: the draw and choice as ever).
+ */
 export function randomChoice(): RoutingPolicy {
-  return { name: "random", choose: (_request, view, random) => Math.floor(random() * view.instanceCount) };
+  return {
+    name: "random",
+    choose(_request, view, random) {
+      const available = availabilityMask(view);
+      if (available === undefined) return Math.floor(random() * view.instanceCount);
+      return nthAvailable(available, view.instanceCount, Math.floor(random() * view.availableCount));
+    },
+  };
 }
 
 /** {@linkcode randomChoice}, described for the registry (actors/policies/mod.ts). */

@@ -5,6 +5,7 @@
  * it covers enough of the request.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
@@ -34,6 +35,10 @@ export interface SglangCacheAwareOptions {
  * requests as the fastest instance counts them (a gap of 64 on a
  * half-capacity instance is 32 of its own requests). A uniform fleet divides
  * by 1: SGLang's rule exactly.
+ *
+ * Only available instances count: the balance gates compare the loads of the
+ * instances the router may route to, and both choices are made among them
+ * (an unavailable instance's load, however high, opens no gate).
  */
 export function sglangCacheAware(options: SglangCacheAwareOptions = {}): RoutingPolicy {
   const balanceAbs = options.balanceAbs ?? 64, balanceRel = options.balanceRel ?? 1.5;
@@ -43,14 +48,16 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
     name: "sglang_cache_aware",
     choose(request, view, random) {
       const { inFlight, capacity } = view;
+      const available = availabilityMask(view);
       const load = (i: number) => inFlight[i] / capacity[i];
       let max = -Infinity, min = Infinity;
       for (let i = 0; i < view.instanceCount; i++) {
+        if (available !== undefined && available[i] !== 1) continue;
         const l = load(i);
         if (l > max) max = l;
         if (l < min) min = l;
       }
-      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load(i), random);
+      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load(i), random, available);
       if (max - min > balanceAbs && max > balanceRel * min) return leastLoaded();
       const total = request.prefixTokens + request.suffixTokens;
       // Longest match; among equal matches the less loaded (SGLang walks its tree to the deepest node).
@@ -58,6 +65,7 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
         view.instanceCount,
         (i) => effectiveMatch(view, i, request, hostCredit) * 1e9 - load(i),
         random,
+        available,
       );
       const matchedTokens = effectiveMatch(view, best, request, hostCredit) * view.blockTokens;
       return total > 0 && matchedTokens / total > cacheThreshold ? best : leastLoaded();

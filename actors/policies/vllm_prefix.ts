@@ -4,6 +4,7 @@
  * with the longest prefix match; random when nothing matches. No load term.
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
 
@@ -16,14 +17,20 @@ export interface VllmPrefixOptions {
 /**
  * Longest match (host-tier blocks at `hostCredit`; a fractional match ties
  * only an equal one), ties (and no match) uniformly at random. No load term,
- * so capacity plays no part.
+ * so capacity plays no part. Among available instances only: the longest
+ * match is the longest an available instance holds.
  */
 export function vllmPrefix(options: VllmPrefixOptions = {}): RoutingPolicy {
   const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "vllm_prefix",
     choose: (request, view, random) =>
-      pickBy(view.instanceCount, (i) => effectiveMatch(view, i, request, hostCredit), random),
+      pickBy(
+        view.instanceCount,
+        (i) => effectiveMatch(view, i, request, hostCredit),
+        random,
+        availabilityMask(view),
+      ),
   };
 }
 

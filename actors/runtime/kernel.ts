@@ -54,6 +54,13 @@ export interface ActorContext<M extends Message> {
    * `now + (timeMs − now)` rounding moves it. Returns a cancellable id.
    */
   scheduleAt(timeMs: number, message: M): TimerId;
+  /**
+   * Like `schedule`, for a timer that keeps no run alive: a run whose only
+   * pending messages are background timers is over. For periodic work that
+   * would otherwise never end — a health probe, a metrics scrape, an
+   * autoscaler's tick. Returns a cancellable id.
+   */
+  scheduleBackground(delayMs: number, message: M): TimerId;
   /** Cancels a timer; a cancelled timer never fires. Cancelling twice is harmless. */
   cancel(timer: TimerId): void;
   /** A uniform draw in [0, 1) from this actor's own seeded stream. */
@@ -104,6 +111,9 @@ class KernelContext<M extends Message> implements ActorContext<M> {
   scheduleAt(timeMs: number, message: M): TimerId {
     return this.kernel.enqueueAt(this.self, message, timeMs, this.self) as TimerId;
   }
+  scheduleBackground(delayMs: number, message: M): TimerId {
+    return this.kernel.enqueueBackground(this.self, message, delayMs, this.self) as TimerId;
+  }
   cancel(timer: TimerId): void {
     this.kernel.cancelTimer(timer);
   }
@@ -149,6 +159,10 @@ export class Kernel {
   readonly #contexts: KernelContext<Message>[] = [];
   readonly #names = new Set<string>();
   readonly #cancelled = new Set<number>();
+  /** Seqs of pending background timers: they keep no run alive. */
+  readonly #background = new Set<number>();
+  /** `#background.size`, kept in a field: the delivery loop reads it every time. */
+  #backgroundPending = 0;
   #seq = 0;
   #now = 0;
   #delivered = 0;
@@ -182,6 +196,11 @@ export class Kernel {
   /** Messages and timers waiting to be delivered. */
   get pendingCount(): number {
     return this.#queue.size + this.#laneTail - this.#laneHead;
+  }
+
+  /** Pending messages that keep the run alive: all but background timers. The run is over at 0. */
+  get liveCount(): number {
+    return this.#queue.size + this.#laneTail - this.#laneHead - this.#backgroundPending;
   }
 
   /**
@@ -258,6 +277,14 @@ export class Kernel {
     return seq;
   }
 
+  /** @internal Like `enqueue`, for a background timer (see {@linkcode ActorContext.scheduleBackground}). */
+  enqueueBackground(to: number, message: Message, delayMs: number, from: number): number {
+    const seq = this.enqueue(to, message, delayMs, from);
+    this.#background.add(seq);
+    this.#backgroundPending++;
+    return seq;
+  }
+
   /** @internal */
   cancelTimer(timer: TimerId): void {
     if (timer >= 0 && timer < this.#seq) this.#cancelled.add(timer);
@@ -276,6 +303,7 @@ export class Kernel {
 
   /** Delivery time of the next message, or `Infinity` when none is waiting. */
   nextTimeMs(): number {
+    if (this.#backgroundPending !== 0 && this.liveCount === 0) return Infinity;
     return this.#laneHead < this.#laneTail ? this.#now : this.#queue.peekTimeMs();
   }
 
@@ -287,10 +315,16 @@ export class Kernel {
     const untilMs = options.untilMs ?? Infinity;
     const stopAt = this.#delivered + (options.maxDeliveries ?? Infinity);
     const actors = this.#actors, contexts = this.#contexts, cancelled = this.#cancelled;
+    const background = this.#background;
     let handling = false;
     try {
-      while (this.#delivered < stopAt && this.#take(untilMs)) {
+      // With background timers pending, stop once nothing else is (they keep no run alive).
+      while (
+        this.#delivered < stopAt && (this.#backgroundPending === 0 || this.liveCount > 0) &&
+        this.#take(untilMs)
+      ) {
         const seq = this.#takenSeq;
+        if (this.#backgroundPending !== 0 && background.delete(seq)) this.#backgroundPending--;
         if (cancelled.size !== 0 && cancelled.delete(seq)) continue;
         const to = this.#takenTo, message = this.#takenMessage!;
         this.#now = this.#takenTimeMs;
@@ -341,7 +375,7 @@ export class Kernel {
    * same instant). Returns false when the queue is empty.
    */
   step(): boolean {
-    if (this.pendingCount === 0) return false;
+    if (this.liveCount === 0) return false;
     this.run({ untilMs: this.nextTimeMs(), maxDeliveries: 1 });
     return true;
   }

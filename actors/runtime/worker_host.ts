@@ -36,6 +36,12 @@ class HostContext implements ActorContext<Message> {
     this.outbox.push({ op: "schedule", timer, message, delayMs });
     return timer as TimerId;
   }
+  scheduleBackground(delayMs: number, message: Message): TimerId {
+    checkDelay(delayMs, message);
+    const timer = this.#timers++;
+    this.outbox.push({ op: "schedule", timer, message, delayMs, background: true });
+    return timer as TimerId;
+  }
   scheduleAt(timeMs: number, message: Message): TimerId {
     // Real time: the central clock stamps by delay from this delivery.
     return this.schedule(Math.max(0, timeMs - this.timeMs), message);

@@ -43,7 +43,14 @@ export type HostCommand =
 /** One effect of a handler, as the Worker reports it. */
 export type Outgoing =
   | { readonly op: "send"; readonly to: number; readonly message: Message; readonly delayMs: number }
-  | { readonly op: "schedule"; readonly timer: number; readonly message: Message; readonly delayMs: number }
+  | {
+    readonly op: "schedule";
+    readonly timer: number;
+    readonly message: Message;
+    readonly delayMs: number;
+    /** A background timer (it keeps no run alive). */
+    readonly background?: boolean;
+  }
   | { readonly op: "cancel"; readonly timer: number };
 
 /**
@@ -571,7 +578,10 @@ export class WorkerRuntime {
         if (out.op === "send") ctx.send(out.to as ActorRef<Message>, out.message, delayMs);
         else {
           const message = { ...out.message };
-          proxy.timers.set(out.timer, { id: ctx.schedule(delayMs, message), message });
+          const id = out.background === true
+            ? ctx.scheduleBackground(delayMs, message)
+            : ctx.schedule(delayMs, message);
+          proxy.timers.set(out.timer, { id, message });
           proxy.timerOfMessage.set(message, out.timer);
         }
       }

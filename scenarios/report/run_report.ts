@@ -94,6 +94,47 @@ function hostTier(c: SimulationConfig): boolean {
     engines.some((e) => (e.hostKvBlocks ?? 0) > 0);
 }
 
+/** Whether the run has faults, an autoscaler or router replicas. */
+function dynamic(c: SimulationConfig): boolean {
+  return (c.faults?.length ?? 0) > 0 || c.autoscale !== undefined || (c.router.replicas ?? 1) > 1;
+}
+
+/** The lines of a run with faults, an autoscaler or router replicas: what failed, how long recovery took, what scaling cost. */
+function dynamicsLines(report: RunReport): string[] {
+  const c = report.scenario;
+  if (!dynamic(c)) return [];
+  const lines: string[] = [];
+  if ((c.router.replicas ?? 1) > 1) {
+    const sync = c.router.replicaSyncMs;
+    lines.push(
+      `  replicas      ${c.router.replicas} (${c.router.replicaSpread ?? "random"} spread, ${
+        sync === undefined ? "independent views" : sync === 0 ? "one shared view" : `sync every ${sync} ms`
+      })`,
+    );
+  }
+  if ((c.faults?.length ?? 0) > 0 || c.autoscale !== undefined) {
+    const reasons = Object.entries(report.failedByReason).filter(([, n]) => n > 0).map(([r, n]) =>
+      `${r} ${n}`
+    );
+    lines.push(
+      `  faults        ${
+        c.faults?.length ?? 0
+      } · affected ${report.requestsAffected} · retried ${report.retried} · failed ${report.failed}${
+        reasons.length > 0 ? ` (${reasons.join(", ")})` : ""
+      } · time to recover ${formatMetric(report.timeToRecoverMs, 0, " ms")}`,
+    );
+  }
+  if (c.autoscale !== undefined) {
+    const moves = (report.scaling ?? []).filter((d) => d.action !== "hold").length;
+    lines.push(
+      `  autoscaling   ${c.autoscale.signal} target ${c.autoscale.target} · ${moves} decisions · peak ${
+        report.peakInstances ?? "n/a"
+      } instances · ${formatMetric(report.instanceSeconds, 0, " instance·s")}`,
+    );
+  }
+  return lines;
+}
+
 /** The KV-transfer line of a disaggregated run: the flow, the link, and the transfers' times. */
 function transferLines(report: RunReport): string[] {
   const c = report.scenario, link = c.instances.kvTransfer;
@@ -133,7 +174,7 @@ export function formatReport(report: RunReport): string {
     "",
     `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
       percent(report.droppedFraction)
-    })  in flight ${report.inFlight}` +
+    })${dynamic(c) ? `  failed ${report.failed}` : ""}  in flight ${report.inFlight}` +
     (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
     `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
       ms(report.ttftP90Ms)
@@ -158,6 +199,7 @@ export function formatReport(report: RunReport): string {
       hostTier(c) ? ` (GPU ${f3(report.gpuTokenHitRate)}, host ${f3(report.hostTokenHitRate)})` : ""
     }`,
     ...transferLines(report),
+    ...dynamicsLines(report),
     `  routing       available ${f3(report.availableTokenHitRate)} · expected ${
       f3(report.expectedTokenHitRate)
     } of prompt tokens · regret ${f3(report.routingRegret)} · view false positives ${

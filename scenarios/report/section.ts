@@ -7,6 +7,7 @@
 import type { Chart } from "./chart.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
 import type { PolicyVariant, Sweep } from "../sweep_spec.ts";
+import type { RunResult } from "../../actors/simulation.ts";
 
 /** What a section may ask of a sweep before it runs: its axes, policy variants and focus. */
 export interface ReportSubject {
@@ -27,6 +28,8 @@ export interface ReportInputs {
   readonly runs: number;
   /** Requests simulated over all runs. */
   readonly requests: number;
+  /** Each run's result, aligned with `sweep.runs` (for a section that reads one run's own record). */
+  readonly results?: readonly RunResult[];
 }
 
 /** What a section adds to the report. */

@@ -7,6 +7,7 @@
  * messages and the report derive from this list.
  */
 import { section as disaggregation } from "./disaggregation.ts";
+import { section as dynamics } from "./dynamics.ts";
 import { section as focus } from "./focus_chart.ts";
 import { section as load } from "./load_charts.ts";
 import { section as originalCharts } from "./original_charts.ts";
@@ -22,6 +23,7 @@ export const REPORT_SECTIONS: readonly ReportSection[] = [
   load,
   focus,
   disaggregation,
+  dynamics,
 ];
 
 /** Names of the report sections, in registry order. */

@@ -39,7 +39,13 @@ export function formatHeader(sweep: Sweep, runs: number, requests: number): stri
  */
 export function sweepReport(sweep: Sweep, results: readonly RunResult[]): SweepReport {
   const rows = summarise(sweep, results);
-  const inputs = { sweep, rows, runs: results.length, requests: results.reduce((a, r) => a + r.requests, 0) };
+  const inputs = {
+    sweep,
+    rows,
+    runs: results.length,
+    requests: results.reduce((a, r) => a + r.requests, 0),
+    results,
+  };
   const parts = sweep.report.map((name) => reportSection(name)!.render(inputs));
   return {
     csv: toCsv(sweep, rows),

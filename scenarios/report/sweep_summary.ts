@@ -61,6 +61,20 @@ export const FLEET_METRICS = [
   "hostTokenHitRate",
 ] as const satisfies readonly (keyof RunResult)[];
 
+/**
+ * Metrics a sweep's CSV has, at its very end, only when one of its runs has
+ * faults, an autoscaler or router replicas: failures sit beside the drops,
+ * and the cost of a fault or of scaling beside the latency it bought.
+ */
+export const DYNAMICS_METRICS = [
+  "failed",
+  "retried",
+  "requestsAffected",
+  "timeToRecoverMs",
+  "instanceSeconds",
+  "peakInstances",
+] as const satisfies readonly (keyof RunResult)[];
+
 /** Metrics that also get a 95% confidence half-width column (`<metric>Ci95`). */
 export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
 
@@ -68,7 +82,11 @@ export const CI_METRICS = ["ttftMeanMs", "ttftP99Ms", "hitRate"] as const;
 export const SLO_CI_METRICS = ["goodputRps", "sloAttainment"] as const;
 
 /** One metric's name. */
-export type Metric = typeof METRICS[number] | typeof SLO_METRICS[number] | typeof FLEET_METRICS[number];
+export type Metric =
+  | typeof METRICS[number]
+  | typeof SLO_METRICS[number]
+  | typeof FLEET_METRICS[number]
+  | typeof DYNAMICS_METRICS[number];
 
 /**
  * One row of the summary: a point, a policy variant, and its seed means. A
@@ -112,7 +130,9 @@ export function summarise(sweep: Sweep, results: readonly RunResult[]): SummaryR
         label: variant.label,
         seeds: group.length,
         mean: Object.fromEntries(
-          [...METRICS, ...SLO_METRICS, ...FLEET_METRICS].map((m) => [m, meanOrNull(of(m))]),
+          [...METRICS, ...SLO_METRICS, ...FLEET_METRICS, ...DYNAMICS_METRICS].map((
+            m,
+          ) => [m, meanOrNull(of(m))]),
         ) as SummaryRow["mean"],
         ci95: Object.fromEntries(
           [...CI_METRICS, ...SLO_CI_METRICS].map((m) => [m, ci95HalfWidthOrNull(of(m))]),
@@ -141,7 +161,10 @@ export function formatNumber(value: number | null): string {
 
 /** The metric columns of a sweep's CSV: {@linkcode METRICS}, with {@linkcode SLO_METRICS} when a run sets an SLO. */
 function csvMetrics(sweep: Sweep): Metric[] {
-  const fleet = sweepHasFleetMetrics(sweep) ? FLEET_METRICS : [];
+  const fleet = [
+    ...(sweepHasFleetMetrics(sweep) ? FLEET_METRICS : []),
+    ...(sweepHasDynamics(sweep) ? DYNAMICS_METRICS : []),
+  ];
   if (!sweepSetsSlo(sweep)) return [...METRICS, ...fleet];
   const at = METRICS.indexOf("goodputRps") + 1;
   return [...METRICS.slice(0, at), ...SLO_METRICS, ...METRICS.slice(at), ...fleet];
@@ -160,6 +183,13 @@ function sweepHasFleetMetrics(sweep: Sweep): boolean {
   return sweep.runs.some(({ config: { instances } }) =>
     instances.kvTransfer !== undefined ||
     [instances.engine, ...(instances.pools ?? []).map((p) => p.engine)].some((e) => (e.hostKvBlocks ?? 0) > 0)
+  );
+}
+
+/** Whether a run of the sweep has faults, an autoscaler or router replicas. */
+export function sweepHasDynamics(sweep: Sweep): boolean {
+  return sweep.runs.some(({ config }) =>
+    (config.faults?.length ?? 0) > 0 || config.autoscale !== undefined || (config.router.replicas ?? 1) > 1
   );
 }
 
