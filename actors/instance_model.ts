@@ -165,7 +165,7 @@ export class FinishCounts {
 
   /** Counts one finished request of `replica` (absent: 0). */
   count(replica: number | undefined): void {
-    this.see(replica);
+    if (replica !== undefined && replica !== 0) this.see(replica);
     this.total++;
     if (this.byReplica !== undefined) this.byReplica[replica ?? 0]++;
   }
@@ -294,7 +294,7 @@ export abstract class InstanceActor<Own extends Message>
   retire(_ctx: ActorContext<Message>): void {}
 
   #serve(command: ServeCommand, ctx: ActorContext<ServeCommand | ReportTick | Own>): void {
-    this.#counts.see(command.replica);
+    if (command.replica !== undefined) this.#counts.see(command.replica);
     this.arriving(command, ctx);
     const reason = this.refusal(command.request);
     if (reason === undefined) this.admit(command, ctx);

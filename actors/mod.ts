@@ -6,7 +6,18 @@
 export * from "./runtime/mod.ts";
 export * from "./protocol.ts";
 export * from "./policies/mod.ts";
-export { type PrefixOptions, type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
+export {
+  type ArrivalOptions,
+  type PrefixOptions,
+  type RateProfile,
+  type WorkloadOptions,
+  WorkloadSource,
+} from "./workload_source.ts";
+export { createArrivalProcess, expectedArrivals } from "./arrival_process.ts";
+export type { AutoscaleConfig, AutoscaleSignal, Fault } from "./faults.ts";
+export { FaultyInstance } from "./faulty_instance.ts";
+export { FaultInjector } from "./fault_injector.ts";
+export { Autoscaler } from "./autoscaler.ts";
 export {
   type FleetCache,
   InstanceTable,
