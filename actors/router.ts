@@ -500,8 +500,6 @@ export class Router implements Actor<RouterCommand> {
   readonly #replicas: readonly Replica[];
   /** The one table every report goes to, when there is only one (no replicas, no pools, no delay). */
   #onlyTable: InstanceTable | undefined;
-  /** The one pool every arrival goes to, when nothing can fail or go stale (the hot path of a plain run). */
-  #onlyPool: Pool | undefined;
   /** How many replicas the router models (several may share one entry of `#replicas`). */
   readonly #replicaCount: number;
   /** Random spread over several sets of tables: the spread's own stream. */
@@ -553,11 +551,7 @@ export class Router implements Actor<RouterCommand> {
     this.view = this.#replicas[0].prefill.view;
     const pd = this.#pd;
     // The common case — one table, reports applied as they come — takes a direct path (the hot one).
-    if (pd === undefined && distinct === 1 && this.#replicas[0].delayMs === 0) {
-      this.#onlyTable = this.view;
-      // …and arrivals too, while no instance can become unavailable (no TTL, no failures reported).
-      if (this.#ttlMs === Infinity && this.#metrics === undefined) this.#onlyPool = this.#replicas[0].prefill;
-    }
+    if (pd === undefined && distinct === 1 && this.#replicas[0].delayMs === 0) this.#onlyTable = this.view;
     if (pd === undefined) return;
     this.#poolOf = new Int32Array(instances.length).fill(-1);
     this.#indexInPool = new Int32Array(instances.length);
@@ -643,10 +637,6 @@ export class Router implements Actor<RouterCommand> {
   handle(message: RouterCommand, ctx: ActorContext<RouterCommand>): void {
     switch (message.type) {
       case "route": {
-        if (this.#onlyPool !== undefined && this.#onlyPool.view.availableCount > 0) {
-          this.#routePlain(this.#onlyPool, message.request, ctx);
-          break;
-        }
         if (!this.#started) this.#start(ctx);
         const replica = this.#replicaOf(message.request);
         if (this.#pd !== undefined) return this.#routeDisaggregated(replica, message, ctx);
@@ -676,14 +666,6 @@ export class Router implements Actor<RouterCommand> {
       default:
         assertNever(message);
     }
-  }
-
-  /** An arrival in a plain run (one pool, one replica, nothing to fail): the policy's choice, straight on. */
-  #routePlain(pool: Pool, request: Request, ctx: ActorContext<RouterCommand>): void {
-    const choice = this.#choose(pool, request, ctx, "route");
-    const routing = this.#note(pool, choice, request);
-    pool.view.routed(choice, request);
-    ctx.send(this.#instances[choice], { type: "serve", request, replyTo: ctx.self, routing });
   }
 
   /** The replica an arrival goes to: by the spread's draw, or its session key's hash. */

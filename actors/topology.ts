@@ -209,6 +209,11 @@ export function hasLifecycle(config: SimulationConfig): boolean {
   return (config.faults?.length ?? 0) > 0 || config.autoscale !== undefined;
 }
 
+/** Whether the fleet misbehaves in any way reports show apart: faults, autoscaling, or router replicas. */
+export function hasDynamics(config: SimulationConfig): boolean {
+  return hasLifecycle(config) || (config.router.replicas ?? 1) > 1;
+}
+
 /**
  * The metrics collector of a run.
  * @param options The SLOs and classes it judges requests by: {@linkcode metricsOptions} of the run's config.

@@ -32,6 +32,7 @@ import {
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { fromCaller } from "./caller_directory.ts";
 import { UsageError } from "./usage_error.ts";
+import { count, positiveOrInfinite } from "./schema_numbers.ts";
 import {
   arrivals,
   autoscale,
@@ -40,8 +41,6 @@ import {
   resolveAutoscale,
   routerDynamics,
 } from "./scenario_dynamics.ts";
-
-const count = (min: number) => z.number().int().min(min);
 
 const lengthDistribution = z.discriminatedUnion("dist", [
   z.strictObject({ dist: z.literal("constant"), value: count(0) }),
@@ -132,11 +131,6 @@ const trace = z.strictObject({
       maxRequests: t.maxRequests,
     }
 );
-
-/** A number > 0, or `Infinity` (the command line's `inf`; JSON cannot hold it). */
-const positiveOrInfinite = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
-  error: "expected a number > 0",
-});
 
 /** An SLO, ms: any number > 0, no upper bound; `Infinity` is met by every completed request. */
 const sloMs = positiveOrInfinite;

@@ -10,13 +10,7 @@ import { z } from "zod";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { isDisaggregated } from "../actors/instance_model.ts";
 import type { AutoscaleConfig } from "../actors/faults.ts";
-
-const count = (min: number) => z.number().int().min(min);
-
-/** A number > 0, or `Infinity` (the command line's `inf`; JSON cannot hold it). */
-const positiveOrInfinite = z.union([z.number().gt(0), z.custom<number>((v) => v === Infinity)], {
-  error: "expected a number > 0",
-});
+import { count, positiveOrInfinite } from "./schema_numbers.ts";
 
 /** The router fields for replicas, health checks and retries (merged into `router`). */
 export const routerDynamics = {

@@ -4,22 +4,12 @@ import { BatchingInstance, type BatchingInstanceOptions } from "../actors/batchi
 import type { BatchingCommand, InstanceStatus, MetricsCommand, Request } from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { simulate } from "../actors/simulation.ts";
+import { SMALL_ENGINE } from "./_engine.ts";
 import { Recorder } from "./_recorder.ts";
 import { status } from "./_status.ts";
 import { scenario } from "./_scenarios.ts";
 
-const engine: BatchingInstanceOptions = {
-  stepMs: 5,
-  prefillMsPerToken: 0.01,
-  decodeMsPerSeq: 0.1,
-  requestOverheadMs: 0,
-  blockTokens: 16,
-  kvBlocks: 1000,
-  maxBatchTokens: 256,
-  maxSeqs: 8,
-  prefixCaching: true,
-  maxQueue: Infinity,
-};
+const engine = SMALL_ENGINE;
 
 const req = (id: number, group: number, prompt: number, output: number, arrivalMs = 0): Request => ({
   id,

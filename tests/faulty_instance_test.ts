@@ -24,6 +24,7 @@ import type {
 import { type ActorRef, Kernel, type Message } from "../actors/runtime/kernel.ts";
 import { EVENT_DRIVEN, type FifoInstanceOptions, ServingInstance } from "../actors/serving_instance.ts";
 import type { StatusReportingOptions } from "../actors/status_reporter.ts";
+import { SMALL_ENGINE } from "./_engine.ts";
 import { Recorder } from "./_recorder.ts";
 
 type ModelName = "fifo" | "batching";
@@ -39,19 +40,7 @@ const fifo: FifoInstanceOptions = {
   maxQueue: Infinity,
 };
 
-/** Batching: a lone 600-token prompt prefills in three steps (first token at 21.0), each decode step 5.1 ms. */
-const engine: BatchingInstanceOptions = {
-  stepMs: 5,
-  prefillMsPerToken: 0.01,
-  decodeMsPerSeq: 0.1,
-  requestOverheadMs: 0,
-  blockTokens: 16,
-  kvBlocks: 1000,
-  maxBatchTokens: 256,
-  maxSeqs: 8,
-  prefixCaching: true,
-  maxQueue: Infinity,
-};
+const engine = SMALL_ENGINE;
 
 /** A request of `model`'s usual shape: FIFO 100 + 20 prompt tokens, 8 out; batching 600 prompt tokens, 3 out. */
 function req(model: ModelName, id: number, group: number, over: Partial<Request> = {}): Request {

@@ -7,6 +7,7 @@ import { meanOf } from "../../actors/distributions.ts";
 import { instanceModel } from "../../actors/instance_models.ts";
 import { policyLabel } from "../../actors/policies/mod.ts";
 import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
+import { hasDynamics, hasLifecycle } from "../../actors/topology.ts";
 
 /** One run's report: the result plus its wall time and resolved scenario. */
 export interface RunReport extends RunResult {
@@ -94,15 +95,10 @@ function hostTier(c: SimulationConfig): boolean {
     engines.some((e) => (e.hostKvBlocks ?? 0) > 0);
 }
 
-/** Whether the run has faults, an autoscaler or router replicas. */
-function dynamic(c: SimulationConfig): boolean {
-  return (c.faults?.length ?? 0) > 0 || c.autoscale !== undefined || (c.router.replicas ?? 1) > 1;
-}
-
 /** The lines of a run with faults, an autoscaler or router replicas: what failed, how long recovery took, what scaling cost. */
 function dynamicsLines(report: RunReport): string[] {
   const c = report.scenario;
-  if (!dynamic(c)) return [];
+  if (!hasDynamics(c)) return [];
   const lines: string[] = [];
   if ((c.router.replicas ?? 1) > 1) {
     const sync = c.router.replicaSyncMs;
@@ -112,7 +108,7 @@ function dynamicsLines(report: RunReport): string[] {
       })`,
     );
   }
-  if ((c.faults?.length ?? 0) > 0 || c.autoscale !== undefined) {
+  if (hasLifecycle(c)) {
     const reasons = Object.entries(report.failedByReason).filter(([, n]) => n > 0).map(([r, n]) =>
       `${r} ${n}`
     );
@@ -174,7 +170,7 @@ export function formatReport(report: RunReport): string {
     "",
     `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
       percent(report.droppedFraction)
-    })${dynamic(c) ? `  failed ${report.failed}` : ""}  in flight ${report.inFlight}` +
+    })${hasDynamics(c) ? `  failed ${report.failed}` : ""}  in flight ${report.inFlight}` +
     (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
     `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
       ms(report.ttftP90Ms)

@@ -7,6 +7,7 @@
 import { stringify } from "@std/csv";
 import { policyLabel, type PolicyName } from "../../actors/policies/mod.ts";
 import type { RunResult } from "../../actors/simulation.ts";
+import { hasDynamics } from "../../actors/topology.ts";
 import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
 import { ci95HalfWidthOrNull, meanOrNull } from "./statistics.ts";
 import type { Sweep } from "../sweep_spec.ts";
@@ -188,9 +189,7 @@ function sweepHasFleetMetrics(sweep: Sweep): boolean {
 
 /** Whether a run of the sweep has faults, an autoscaler or router replicas. */
 export function sweepHasDynamics(sweep: Sweep): boolean {
-  return sweep.runs.some(({ config }) =>
-    (config.faults?.length ?? 0) > 0 || config.autoscale !== undefined || (config.router.replicas ?? 1) > 1
-  );
+  return sweep.runs.some(({ config }) => hasDynamics(config));
 }
 
 /** The confidence columns of a sweep's CSV. */
