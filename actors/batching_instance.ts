@@ -198,6 +198,8 @@ export class BatchingInstance extends InstanceActor<Own> {
   readonly #lastReported = new Float64Array(7).fill(NaN);
   #waitingPromptTokens = 0;
   #busyMs = 0;
+  /** The duration of the step started last, ms (a first token's estimate of the time per further token). */
+  #lastStepMs = 0;
   #preemptions = 0;
   #steps = 0;
   #kvBlockMs = 0;
@@ -597,6 +599,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding) *
       this.#slowdown;
     this.#busyMs += stepMs;
+    this.#lastStepMs = stepMs;
     const stretch = this.#coalesce && prefillTokens === 0 && decoding === running.length &&
       this.waiting === 0 &&
       this.#planStretch(stepMs, ctx);
@@ -822,7 +825,13 @@ export class BatchingInstance extends InstanceActor<Own> {
     let kept = 0;
     for (let i = 0; i < running.length; i++) {
       const seq = running[i];
-      if (seq.chunk > 0) this.#advance(seq, now);
+      if (seq.chunk > 0) {
+        const fresh = seq.firstTokenMs < 0;
+        this.#advance(seq, now);
+        if (fresh && seq.firstTokenMs >= 0) {
+          this.firstToken(seq.request.id, this.#options.requestOverheadMs, this.#lastStepMs, ctx);
+        }
+      }
       seq.chunk = 0;
       if (seq.handOff) this.#handOff(seq, ctx);
       else if (seq.generated >= Math.max(1, seq.request.outputTokens)) this.#finish(seq, now, ctx);

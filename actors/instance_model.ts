@@ -14,6 +14,7 @@ import type { BlockKeys } from "./prefix_keys.ts";
 import type {
   CompletionRecord,
   DropReason,
+  FirstToken,
   InstanceStatus,
   MetricsCommand,
   Probe,
@@ -223,11 +224,14 @@ export abstract class InstanceActor<Own extends Message>
   readonly #reportDelayMs: number;
   /** Requests completed, dropped or failed here: the router's in-flight count lets go of them. */
   #counts = new FinishCounts();
+  /** Where first tokens are announced, if anywhere. */
+  readonly #firstTokensTo: ActorRef<FirstToken> | undefined;
 
   constructor(index: number, metrics: ActorRef<MetricsCommand>, reporting: StatusReportingOptions) {
     this.index = index;
     this.metrics = metrics;
     this.#reportDelayMs = reporting.delayMs;
+    this.#firstTokensTo = reporting.firstTokensTo;
     this.reporter = new StatusReporter(index, reporting, () => this.snapshot());
   }
 
@@ -321,6 +325,23 @@ export abstract class InstanceActor<Own extends Message>
   ): void {
     ctx.send(this.metrics, { type: "completed", record });
     this.#counts.count(command.replica);
+  }
+
+  /**
+   * Announces request `requestId`'s first token, `delayMs` from now, with
+   * `tokenMs` the estimated time of each further token — only when the
+   * instance was asked to (`firstTokensTo`).
+   */
+  protected firstToken(
+    requestId: number,
+    delayMs: number,
+    tokenMs: number,
+    ctx: ActorContext<ServeCommand | ReportTick | Own>,
+  ): void {
+    const to = this.#firstTokensTo;
+    if (to === undefined) return;
+    const timeMs = ctx.now() + delayMs;
+    ctx.send(to, { type: "first_token", requestId, instance: this.index, timeMs, tokenMs }, delayMs);
   }
 
   /** After a `serve` was dropped: let any partner of the request know. @default nothing */

@@ -283,6 +283,21 @@ export interface PdAbandoned {
   readonly replica?: number;
 }
 
+/**
+ * An instance produced a request's first token (sent only to an instance's
+ * `firstTokensTo`, when set: the simulated servers of `deno task serve`
+ * stream the tokens of a request as they come).
+ */
+export interface FirstToken {
+  readonly type: "first_token";
+  readonly requestId: number;
+  readonly instance: number;
+  /** When the first token exists (the message is delivered then), ms. */
+  readonly timeMs: number;
+  /** The instance's estimate of the time each further token takes, ms: FIFO's exact decode time per token, batching's last step. */
+  readonly tokenMs: number;
+}
+
 /** Commands the FIFO serving instance accepts. */
 export type InstanceCommand =
   | ServeCommand

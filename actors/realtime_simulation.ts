@@ -8,8 +8,8 @@
 import type * as Factories from "./actor_factories.ts";
 import type { PoolRole } from "./instance_model.ts";
 import { droppedFraction, type MetricsCollector } from "./metrics_collector.ts";
-import type { AnyMessage, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
-import type { DeliveryTap, Message } from "./runtime/kernel.ts";
+import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
+import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
 import {
   type LagStats,
@@ -190,23 +190,28 @@ function placeInWorkers(
   options: RealtimeOptions,
 ): Placement {
   const plugin = options.pluginUrl;
-  const instanceRefs = new Set<number>();
   return {
     metrics: (name) => runtime.spawnLocal(name, collector),
-    instance: (name, index, metrics) => {
-      const ref = runtime.spawnRemote<ServeCommand>(
+    instance: (name, index, metrics) =>
+      runtime.spawnRemote<ServeCommand>(
         name,
         remote("createInstance", [index, config, metrics, plugin !== undefined]),
-      );
-      instanceRefs.add(ref);
-      return ref;
-    },
+      ),
     router: (name, instances, metrics) =>
-      runtime.spawnRemote<RouteCommand>(name, {
-        ...remote("createRouter", [instances, config, plugin, options.pluginPool, metrics]),
-        ownWorker: true,
-        ...(plugin ? pluginSandbox(plugin, instanceRefs, metrics, options) : {}),
-      }),
+      runtime.spawnRemote<RouteCommand>(
+        name,
+        routerInWorker(
+          config,
+          instances,
+          metrics,
+          plugin === undefined ? undefined : {
+            url: plugin,
+            pool: options.pluginPool,
+            readPaths: options.pluginReadPaths,
+            timeoutMs: options.pluginTimeoutMs ?? 5000,
+          },
+        ),
+      ),
     // The fault injector and the autoscaler only send a few commands: they stay in this thread.
     faults: (name, instances, router) =>
       runtime.spawnLocal(name, buildFaultInjector(config, instances, router)),
@@ -223,23 +228,52 @@ function placeInWorkers(
   };
 }
 
+/** A router plugin, as its Worker gets it. */
+export interface RouterPluginSandbox {
+  /** The plugin module (`file:` URL). */
+  readonly url: string;
+  /** The one pool of a disaggregated fleet it routes. @default every pool without a policy of its own */
+  readonly pool?: Exclude<PoolRole, "both">;
+  /** What its Worker may read. @default the plugin's directory and `actors/` */
+  readonly readPaths?: readonly string[];
+  /** Wall ms it may take to load, and to answer each message. */
+  readonly timeoutMs: number;
+}
+
+/**
+ * The spec of a router in a Worker of its own (built by
+ * actors/actor_factories.ts's `createRouter`): with a plugin, a sandbox —
+ * no permission but reading the plugin's files, a time budget per message,
+ * and only the messages a router may send. The real-time run and the
+ * gateway (scenarios/wire/gateway.ts) both place a plugin's router so.
+ */
+export function routerInWorker(
+  config: SimulationConfig,
+  instances: readonly ActorRef<ServeCommand>[],
+  metrics: ActorRef<MetricsCommand>,
+  plugin: RouterPluginSandbox | undefined,
+): RemoteActorSpec {
+  return {
+    ...remote("createRouter", [instances, config, plugin?.url, plugin?.pool, metrics]),
+    ownWorker: true,
+    ...(plugin ? pluginSandbox(plugin, new Set(instances), metrics) : {}),
+  };
+}
+
 /** The router's Worker when it runs a plugin: what it may read, its time budget, and what it may send. */
 function pluginSandbox(
-  plugin: string,
+  plugin: RouterPluginSandbox,
   instanceRefs: ReadonlySet<number>,
   metrics: number,
-  options: RealtimeOptions,
 ): Partial<RemoteActorSpec> {
   return {
     permissions: {
       ...NO_PERMISSIONS,
-      read: options.pluginReadPaths ? [...options.pluginReadPaths] : [new URL(".", plugin), ACTORS_DIR],
+      read: plugin.readPaths ? [...plugin.readPaths] : [new URL(".", plugin.url), ACTORS_DIR],
     },
-    label: `plugin ${plugin.split("/").pop()}${
-      options.pluginPool ? ` for the ${options.pluginPool} pool` : ""
-    }`,
+    label: `plugin ${plugin.url.split("/").pop()}${plugin.pool ? ` for the ${plugin.pool} pool` : ""}`,
     revivers: undefined, // the plugin's code runs there: its word is not taken
-    timeoutMs: options.pluginTimeoutMs ?? 5000,
+    timeoutMs: plugin.timeoutMs,
     timeoutKind: "plugin_timeout",
     describe: describeRouted,
     mayEmit: (out: Outgoing) => routerMayEmit(out, instanceRefs, metrics),

@@ -196,6 +196,7 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
     this.#prefillTokens = 0;
     if (current.request.prefixGroup >= 0) this.cache.markComputed(current.request.prefixGroup);
     const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens * this.#currentSlowdown;
+    this.firstToken(current.request.id, 0, decodeMs / Math.max(1, current.request.outputTokens - 1), ctx);
     if (decodeMs > 0) ctx.schedule(decodeMs, DECODE_DONE);
     else this.#finish(ctx);
   }

@@ -5,7 +5,7 @@
  * each report delayed by the network — so a router can be made to decide on
  * stale queue depths and cache contents.
  */
-import type { InstanceStatus, ReportTick } from "./protocol.ts";
+import type { FirstToken, InstanceStatus, ReportTick } from "./protocol.ts";
 import type { ActorContext, ActorRef } from "./runtime/kernel.ts";
 
 /** Options for {@linkcode StatusReporter}. */
@@ -18,6 +18,8 @@ export interface StatusReportingOptions {
   readonly blockEvents: boolean;
   /** Report whenever pending prefill, decode blocks or KV utilisation change, not only the counts. @default false */
   readonly loadSignals?: boolean;
+  /** Where to announce each request's first token (`deno task serve`'s streaming). @default nowhere */
+  readonly firstTokensTo?: ActorRef<FirstToken>;
 }
 
 const TICK: ReportTick = Object.freeze({ type: "report_tick" });

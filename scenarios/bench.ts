@@ -19,6 +19,7 @@ import { runPluginScenario } from "./run_scenario.ts";
 import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { traceChunks, TraceTally } from "./trace_file.ts";
+import { gatewayBench, serveLagBench } from "./wire/wire_bench.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 
@@ -368,13 +369,16 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
   "memory-batching": () => memoryBench("batching"),
   plugin: () => pluginBench(200_000),
   "trace-gen": () => traceGenBench(1_000_000),
+  serve: serveLagBench,
+  gateway: () => gatewayBench(),
 };
 
 const HELP = `Usage: deno task bench [PART…]
 
 Prints the speed figures: kernel messages/s, requests/s per model and policy,
 the FIFO model beside the Python peer, long-prompt and 1,000,000-request
-trace replay with true peak memory, the plugin sandbox's cost. Each part runs
+trace replay with true peak memory, the plugin sandbox's cost, the live
+runtime's lag under HTTP load and the gateway's throughput. Each part runs
 in its own deno process; with no PART, all of them in turn.
 
   PART        ${Object.keys(PARTS).join(" | ")}
@@ -397,6 +401,7 @@ async function runParts(names: readonly string[]): Promise<void> {
         "--allow-ffi",
         "--allow-write=results/.bench",
         "--allow-run=python3",
+        "--allow-net=127.0.0.1", // the serve and gateway parts, on loopback
         "--v8-flags=--max-semi-space-size=4", // as the run and sweep tasks (design.md, "Performance")
         fileURLToPath(import.meta.url),
         "--part",

@@ -618,6 +618,14 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
   try {
     await main();
   } catch (error) {
+    if (error instanceof Deno.errors.NotCapable && /net access/.test((error as Error).message)) {
+      const host = /"([^"]+)"/.exec((error as Error).message)?.[1];
+      console.error(
+        `error: not allowed to reach ${host ?? "that host"}: the serve and load tasks may reach 127.0.0.1 ` +
+          `and localhost only (for other hosts run deno run --allow-net=HOSTS …; README, "Over the wire")`,
+      );
+      Deno.exit(2);
+    }
     if (error instanceof Deno.errors.NotCapable) {
       const path = /"([^"]+)"/.exec((error as Error).message)?.[1];
       console.error(

@@ -154,6 +154,12 @@ export interface RealtimeRunOptions {
   readonly signal?: AbortSignal;
   /** Stop before delivering messages stamped later than this. @default Infinity */
   readonly untilMs?: number;
+  /**
+   * An open run (a gateway's): with nothing pending it waits for an
+   * {@linkcode WorkerRuntime.inject} instead of ending, and `untilMs` is
+   * ignored; it resolves after {@linkcode WorkerRuntime.close}. @default false
+   */
+  readonly open?: boolean;
 }
 
 /** How far behind the wall clock deliveries were. */
@@ -265,6 +271,9 @@ export class WorkerRuntime {
   #wake: (() => void) | undefined;
   #restamped = 0;
   #maxRestampMs = 0;
+  /** The clock of the run going on (for `inject`), and whether it is open. */
+  #clock: WallClock | undefined;
+  #open = false;
 
   constructor(options: WorkerRuntimeOptions) {
     this.#seed = options.seed;
@@ -384,14 +393,37 @@ export class WorkerRuntime {
    */
   async run(clock: WallClock, options: RealtimeRunOptions = {}): Promise<void> {
     const stop = this.#abortOn(options.signal);
+    this.#clock = clock;
+    this.#open = options.open ?? false;
     try {
       await this.kernel.runWithClock(this.#lockStep(clock), {
-        untilMs: options.untilMs,
+        untilMs: this.#open ? Infinity : options.untilMs,
         onSync: (status) => this.#lags.push(status.lagMs),
       });
     } finally {
+      this.#clock = undefined;
       stop();
     }
+  }
+
+  /**
+   * Sends `message` to `to` from outside the simulation (a request off the
+   * network), stamped with the run's simulated now — the wall clock's, never
+   * before the kernel's own — and wakes the run to deliver it.
+   * @throws {RangeError} when no run is going on.
+   */
+  inject<M extends Message>(to: ActorRef<M>, message: M): void {
+    const clock = this.#clock;
+    if (clock === undefined) throw new RangeError("WorkerRuntime.inject: no run is going on");
+    const kernel = this.kernel;
+    kernel.enqueueAt(to, message, Math.max(kernel.nowMs, clock.simNowMs()), -1);
+    this.#wake?.();
+  }
+
+  /** Ends an open run: it resolves once the messages already due are delivered. */
+  close(): void {
+    this.#open = false;
+    this.#wake?.();
   }
 
   /**
@@ -412,7 +444,8 @@ export class WorkerRuntime {
         const deadline = this.#checkTimeouts();
         if (this.#failure) throw this.#failure;
         if (deadline !== undefined) return this.#sleepOrWake(deadline - this.wallNowMs());
-        if (timeMs === Infinity) return SYNCHRONIZED;
+        // An open run waits for an injection; a closed one ends with nothing due.
+        if (timeMs === Infinity) return this.#open ? this.#sleepOrWake(MAX_SLEEP_MS) : SYNCHRONIZED;
         // Let the event loop breathe (replies, timers, signals) every so often.
         if (burst === DELIVERIES_PER_TURN) {
           burst = 0;

@@ -1,0 +1,276 @@
+/**
+ * @module
+ * An upstream server as the gateway's router sees it: an actor that takes the
+ * router's `serve`, asks its host to forward the HTTP request, and turns what
+ * the host reports back (first token, finish, failure, `/metrics` scrape)
+ * into the protocol's status reports, failures and completion records.
+ */
+import type { EndOutcome, GatewayMetricsCommand } from "./gateway_metrics.ts";
+import { FinishCounts } from "./instance_model.ts";
+import {
+  assertNever,
+  type CompletionRecord,
+  type InstanceStatus,
+  type Probe,
+  type RequestFailed,
+  type ServeCommand,
+} from "./protocol.ts";
+import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
+
+/** What an upstream's `/metrics` showed of its load. */
+export interface UpstreamLoad {
+  /** Requests in service. */
+  readonly running: number;
+  /** Requests queued. */
+  readonly waiting: number;
+  /** KV cache in use, 0..1; null when the upstream does not say. */
+  readonly kvUsage: number | null;
+}
+
+/**
+ * What the host reports of one upstream, injected into the kernel:
+ * - `upstream_first_token`: the first generated text of request `requestId`
+ *   came back (streaming: the first chunk with text; otherwise the response).
+ * - `upstream_finished`: it completed, with the upstream's usage (or the
+ *   host's own counts where the upstream gave none).
+ * - `upstream_failed`: it failed before any byte went to the client
+ *   (connection refused or reset, a 5xx, a timeout): the router may retry.
+ * - `upstream_ended`: it ended otherwise once bytes had gone to the client
+ *   (see {@linkcode EndOutcome}): nothing to retry.
+ * - `upstream_scraped`: a `/metrics` scrape answered; `load` null when it
+ *   carries no load metrics we read.
+ * - `upstream_unreachable`: a scrape failed.
+ */
+export type UpstreamEvent =
+  | { readonly type: "upstream_first_token"; readonly requestId: number }
+  | {
+    readonly type: "upstream_finished";
+    readonly requestId: number;
+    readonly promptTokens: number;
+    readonly cachedTokens: number;
+    readonly outputTokens: number;
+  }
+  | { readonly type: "upstream_failed"; readonly requestId: number }
+  | { readonly type: "upstream_ended"; readonly requestId: number; readonly outcome: EndOutcome }
+  | { readonly type: "upstream_scraped"; readonly load: UpstreamLoad | null }
+  | { readonly type: "upstream_unreachable" };
+
+/** Commands an {@linkcode UpstreamInstance} accepts. */
+export type UpstreamCommand = ServeCommand | Probe | UpstreamEvent;
+
+/** The host's side: where an upstream's requests go over the network. */
+export interface UpstreamHost {
+  /**
+   * Forward `command`'s request to upstream `index`; report what happens
+   * with `upstream_*` events for `command.request.id` (exactly one of
+   * finished, failed or ended).
+   */
+  forward(index: number, command: ServeCommand): void;
+}
+
+/** Options for {@linkcode UpstreamInstance}. */
+export interface UpstreamInstanceOptions {
+  /** The router's status TTL, ms: a probe is answered only while the last good scrape is younger than this. */
+  readonly statusTtlMs: number;
+  /** Where completion records and other ends go. */
+  readonly metrics: ActorRef<GatewayMetricsCommand>;
+}
+
+/** One request forwarded and not finished. */
+interface Open {
+  readonly command: ServeCommand;
+  readonly forwardedMs: number;
+  firstTokenMs: number | undefined;
+}
+
+/**
+ * Stands for upstream `index` in the gateway's kernel. Status reports go to
+ * the router after every finish and every scrape: waiting, running and KV
+ * usage from the latest scrape (without load metrics: its own requests in
+ * flight as running), finished counts (per router replica) from its own
+ * bookkeeping, and no cache events — the gateway's view is approximate. A
+ * failed scrape reports it `draining` (the router stops routing there until
+ * a scrape succeeds); a failure before the first byte goes back to the router
+ * as `request_failed` (reason `unreachable`), with no report after it, so the
+ * router holds the upstream down until the next scrape.
+ *
+ * @example
+ * ```ts
+ * const up = new UpstreamInstance(0, host, { statusTtlMs: 2000, metrics });
+ * const ref = kernel.spawn("upstream/0", up);
+ * up.reportTo(router);
+ * ```
+ */
+export class UpstreamInstance implements Actor<UpstreamCommand> {
+  /** The upstream's index among the gateway's upstreams. */
+  readonly index: number;
+  readonly #host: UpstreamHost;
+  readonly #ttlMs: number;
+  readonly #metrics: ActorRef<GatewayMetricsCommand>;
+  readonly #counts = new FinishCounts();
+  readonly #open = new Map<number, Open>();
+  #router: ActorRef<InstanceStatus> | undefined;
+  #load: UpstreamLoad | null = null;
+  #reachable = true;
+  #lastGoodScrapeMs = -Infinity;
+
+  constructor(index: number, host: UpstreamHost, options: UpstreamInstanceOptions) {
+    if (!(options.statusTtlMs > 0)) {
+      throw new RangeError(`UpstreamInstance.statusTtlMs: expected a number > 0, got ${options.statusTtlMs}`);
+    }
+    this.index = index;
+    this.#host = host;
+    this.#ttlMs = options.statusTtlMs;
+    this.#metrics = options.metrics;
+  }
+
+  /** Names the router its reports go to before it first hears from it (a `serve`'s or probe's `replyTo`). */
+  reportTo(router: ActorRef<InstanceStatus>): void {
+    this.#router = router;
+  }
+
+  /** Requests forwarded and not finished. */
+  get inFlight(): number {
+    return this.#open.size;
+  }
+
+  /** Requests finished here so far (completed, failed or ended). */
+  get finished(): number {
+    return this.#counts.total;
+  }
+
+  /** Whether the last scrape answered. */
+  get reachable(): boolean {
+    return this.#reachable;
+  }
+
+  /** The latest scrape's load (null before one, or without load metrics). */
+  get load(): UpstreamLoad | null {
+    return this.#load;
+  }
+
+  handle(message: UpstreamCommand, ctx: ActorContext<UpstreamCommand>): void {
+    switch (message.type) {
+      case "serve":
+        this.#router = message.replyTo;
+        this.#counts.see(message.replica);
+        this.#open.set(message.request.id, {
+          command: message,
+          forwardedMs: ctx.now(),
+          firstTokenMs: undefined,
+        });
+        this.#host.forward(this.index, message);
+        return;
+      case "probe":
+        this.#router = message.replyTo;
+        if (this.#reachable && ctx.now() - this.#lastGoodScrapeMs <= this.#ttlMs) {
+          ctx.send(message.replyTo, this.status());
+        }
+        return;
+      case "upstream_first_token": {
+        const open = this.#open.get(message.requestId);
+        if (open !== undefined && open.firstTokenMs === undefined) open.firstTokenMs = ctx.now();
+        return;
+      }
+      case "upstream_finished":
+        return this.#finished(message, ctx);
+      case "upstream_failed":
+        return this.#failed(message.requestId, ctx);
+      case "upstream_ended":
+        return this.#ended(message.requestId, message.outcome, ctx);
+      case "upstream_scraped":
+        this.#reachable = true;
+        this.#load = message.load;
+        this.#lastGoodScrapeMs = ctx.now();
+        return this.#report(ctx);
+      case "upstream_unreachable":
+        if (!this.#reachable) return;
+        this.#reachable = false;
+        return this.#report(ctx);
+      default:
+        assertNever(message);
+    }
+  }
+
+  /** The status a report carries now. */
+  status(): InstanceStatus {
+    const load = this.#load, by = this.#counts.byReplica;
+    const waiting = load?.waiting ?? 0;
+    const base: InstanceStatus = {
+      type: "status",
+      instance: this.index,
+      waiting,
+      running: load?.running ?? this.#open.size,
+      queued: waiting,
+      finished: this.#counts.total,
+      pendingPrefillTokens: 0,
+      decodeBlocks: 0,
+      kvUtilization: load?.kvUsage ?? 0,
+    };
+    const withReplicas = by === undefined ? base : { ...base, finishedBy: [...by] };
+    return this.#reachable ? withReplicas : { ...withReplicas, draining: true };
+  }
+
+  /** Takes request `requestId` off the open ones, counting it finished; undefined when it is not open (a late report). */
+  #close(requestId: number): Open | undefined {
+    const open = this.#open.get(requestId);
+    if (open === undefined) return undefined;
+    this.#open.delete(requestId);
+    this.#counts.count(open.command.replica);
+    return open;
+  }
+
+  #finished(
+    m: Extract<UpstreamEvent, { type: "upstream_finished" }>,
+    ctx: ActorContext<UpstreamCommand>,
+  ): void {
+    const open = this.#close(m.requestId);
+    if (open === undefined) return;
+    const request = open.command.request, endMs = ctx.now();
+    const record: CompletionRecord = {
+      requestId: request.id,
+      instance: this.index,
+      arrivalMs: request.arrivalMs,
+      startMs: open.forwardedMs,
+      firstTokenMs: open.firstTokenMs ?? endMs,
+      endMs,
+      promptTokens: m.promptTokens,
+      cachedTokens: Math.min(m.cachedTokens, m.promptTokens),
+      outputTokens: m.outputTokens,
+      ...(open.command.routing !== undefined && { routing: open.command.routing }),
+      ...(request.sloClass !== undefined && { sloClass: request.sloClass }),
+    };
+    ctx.send(this.#metrics, { type: "completed", record });
+    this.#report(ctx);
+  }
+
+  /** A failure before any byte reached the client: the router's to retry (no report, so it stays down there). */
+  #failed(requestId: number, ctx: ActorContext<UpstreamCommand>): void {
+    const open = this.#close(requestId);
+    if (open === undefined) return;
+    const command = open.command;
+    const failure: RequestFailed = {
+      type: "request_failed",
+      command,
+      instance: this.index,
+      reason: "unreachable",
+    };
+    ctx.send(command.replyTo as unknown as ActorRef<RequestFailed>, failure);
+  }
+
+  #ended(requestId: number, outcome: EndOutcome, ctx: ActorContext<UpstreamCommand>): void {
+    if (this.#close(requestId) === undefined) return;
+    ctx.send(this.#metrics, {
+      type: "request_ended",
+      requestId,
+      instance: this.index,
+      timeMs: ctx.now(),
+      outcome,
+    });
+    this.#report(ctx);
+  }
+
+  #report(ctx: ActorContext<UpstreamCommand>): void {
+    if (this.#router !== undefined) ctx.send(this.#router, this.status());
+  }
+}

@@ -1,0 +1,186 @@
+/**
+ * @module
+ * `deno task load`: replays a scenario's workload (synthetic or a trace),
+ * open loop, against any OpenAI-compatible server and prints the metrics of
+ * `deno task run`, measured client-side.
+ */
+import {
+  configFromFlags,
+  parseFlags,
+  runCommand,
+  SCENARIO_FLAGS_HELP,
+  SCENARIO_OPTIONS,
+} from "./command_line.ts";
+import { UsageError } from "./usage_error.ts";
+import { systemWallTime } from "./wall_time.ts";
+import {
+  endpointUrl,
+  formatLoadReport,
+  type LoadEndpoint,
+  type LoadProgress,
+  type LoadResult,
+  runLoad,
+} from "./wire/load_generator.ts";
+
+const HELP = `Usage: deno task load --url URL [flags]
+
+Sends the scenario's requests to an OpenAI-compatible server at their
+simulated arrival times over --speed, open loop (a slow answer never delays
+a later request), each a streaming request whose prompt text reproduces the
+scenario's prefix sharing. TTFT is measured from the request's scheduled send
+to its first streamed token, in simulated ms. This task may connect to
+127.0.0.1 and localhost only.
+
+  --url URL              the server (required): a base URL such as http://127.0.0.1:8000, or the
+                         endpoint's own URL (/v1/completions or /v1/chat/completions)
+  --speed X              simulated ms per wall ms, > 0 (default 1; 2 sends twice as fast)
+  --endpoint E           completion (default) or chat
+  --model NAME           the requests' "model" field (default sim); here --model is not the instance model
+  --nonce N              makes this run's unique prompt tokens its own, integer >= 0 (default: the seed)
+  --request-timeout-ms N wall ms a request may take to its stream's end, > 0 (default 60000)
+  --progress             show progress on stderr even when it is not a terminal
+  --json                 print the same keys as deno task run --json, plus "load"
+
+${SCENARIO_FLAGS_HELP}`;
+
+const OPTIONS = {
+  ...SCENARIO_OPTIONS,
+  url: { type: "string" },
+  speed: { type: "string" },
+  endpoint: { type: "string" },
+  nonce: { type: "string" },
+  "request-timeout-ms": { type: "string" },
+  progress: { type: "boolean" },
+} as const;
+
+/** Scenario flags that configure the serving side, which a load generator does not run. */
+const SERVING_ONLY = ["router", "plugin-timeout-ms", "faults"] as const;
+
+/** The parsed flags of `deno task load`. */
+type LoadFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
+
+/** A flag's number > 0 (finite), or `fallback` when absent. */
+function positive(flag: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const value = raw.trim() === "" ? NaN : Number(raw);
+  if (!(value > 0 && Number.isFinite(value))) {
+    throw new UsageError(`${flag}: expected a number > 0, got "${raw}"`);
+  }
+  return value;
+}
+
+/** `--endpoint`: completion or chat; when absent, the one `--url` names, else completion. */
+function endpointFlag(raw: string | undefined, url: string): LoadEndpoint {
+  if (raw === undefined) return /\/chat\/completions\/?$/.test(new URL(url).pathname) ? "chat" : "completion";
+  if (raw !== "completion" && raw !== "chat") {
+    throw new UsageError(`--endpoint: expected completion or chat, got "${raw}"`);
+  }
+  return raw;
+}
+
+/** `--url`, checked: an http(s) URL this process may connect to. */
+async function urlFlag(raw: string | undefined): Promise<string> {
+  if (raw === undefined) {
+    throw new UsageError("--url: required: the OpenAI-compatible server to load, e.g. http://127.0.0.1:8000");
+  }
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new UsageError(`--url: expected an http(s) URL, got "${raw}"`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    throw new UsageError(`--url: expected an http(s) URL, got "${raw}"`);
+  }
+  const { state } = await Deno.permissions.query({ name: "net", host: url.host });
+  if (state !== "granted") {
+    throw new UsageError(
+      `--url: this task may connect only to 127.0.0.1 and localhost, not ${url.hostname}; ` +
+        `for another host run deno run --allow-read --allow-net=${url.host} scenarios/load.ts`,
+    );
+  }
+  return raw;
+}
+
+/** What `deno task load` is asked to do, checked. */
+async function loadSettings(values: LoadFlags) {
+  const given = SERVING_ONLY.find((flag) => values[flag] !== undefined);
+  if (given !== undefined) {
+    throw new UsageError(`--${given}: configures the serving side; give it to deno task serve, not load`);
+  }
+  const url = await urlFlag(values.url);
+  const endpoint = endpointFlag(values.endpoint, url);
+  try {
+    endpointUrl(url, endpoint);
+  } catch (error) {
+    throw new UsageError(`--${(error as Error).message}`);
+  }
+  const speed = positive("--speed", values.speed, 1);
+  const requestTimeoutMs = positive("--request-timeout-ms", values["request-timeout-ms"], 60_000);
+  // --model is the requests' model name here: the instance model comes from the scenario file.
+  const { model, ...scenarioFlags } = values;
+  const config = await configFromFlags(scenarioFlags);
+  const nonce = values.nonce === undefined
+    ? config.seed
+    : values.nonce.trim() === ""
+    ? NaN
+    : Number(values.nonce);
+  if (!Number.isSafeInteger(nonce) || nonce < 0) {
+    throw new UsageError(`--nonce: expected an integer >= 0, got "${values.nonce}"`);
+  }
+  return { url, endpoint, speed, requestTimeoutMs, config, nonce, model: model ?? "sim" };
+}
+
+/** One progress line: how many requests were sent and how they ended. */
+function progressLine(p: LoadProgress, wallMs: number): string {
+  return `load: ${p.sent} of ${p.total} sent, ${p.completed} completed, ${p.dropped} dropped, ${p.failed} failed, ` +
+    `${p.sent - p.completed - p.dropped - p.failed} in flight, ${(wallMs / 1000).toFixed(0)} s wall`;
+}
+
+/** The report as the flags ask: JSON, or the table. */
+function printReport(result: LoadResult, json: boolean | undefined): void {
+  console.log(json ? JSON.stringify(result, null, 2) : formatLoadReport(result));
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values } = parseFlags(Deno.args, OPTIONS);
+    if (values.help) return console.log(HELP);
+    const settings = await loadSettings(values);
+    const terminal = Deno.stderr.isTerminal(), start = performance.now();
+    let latest: LoadProgress | undefined, lastLine = start;
+    const timer = (terminal || values.progress) && setInterval(() => {
+      const now = performance.now();
+      if (latest === undefined || now - lastLine < (terminal ? 1000 : 10_000)) return;
+      lastLine = now;
+      console.error(progressLine(latest, now - start));
+    }, 250);
+    const abort = new AbortController();
+    const onInterrupt = () => abort.abort();
+    Deno.addSignalListener("SIGINT", onInterrupt);
+    try {
+      const result = await runLoad({
+        ...settings,
+        signal: abort.signal,
+        wallTime: systemWallTime,
+        onStart: (total, url) =>
+          console.error(`load: sending ${total} requests to ${url} at speed ${settings.speed}×`),
+        onProgress: (_done, _total, progress) => latest = progress,
+      });
+      printReport(result, values.json);
+      if (result.load.interrupted) {
+        const l = result.load;
+        console.error(
+          `load: interrupted after ${
+            (result.wallMs / 1000).toFixed(1)
+          } s wall: ${l.sent} of ${l.total} sent, ` +
+            `${l.inFlight} in flight aborted`,
+        );
+        Deno.exit(130);
+      }
+    } finally {
+      if (timer !== false) clearInterval(timer);
+      Deno.removeSignalListener("SIGINT", onInterrupt);
+    }
+  });
+}

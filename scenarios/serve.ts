@@ -1,0 +1,262 @@
+/**
+ * @module
+ * `deno task serve`: the scenario's instances as OpenAI-compatible HTTP
+ * servers (scenarios/wire/sim_server.ts), and a gateway in front of them
+ * that routes with the scenario's policy or a `--router` plugin
+ * (scenarios/wire/gateway.ts) — or, with `--upstream`, a gateway in front of
+ * any OpenAI-compatible servers. Prints one line per address, then serves
+ * until SIGTERM or Ctrl-C: `/health` answers 503 at once, new requests are
+ * refused, requests in flight finish (for at most 4.5 s), and it exits.
+ */
+import { systemWallTime } from "./wall_time.ts";
+import {
+  configFromFlags,
+  oneLine,
+  parseFlags,
+  pluginFlag,
+  pluginTimeoutMs,
+  runCommand,
+  SCENARIO_FLAGS_HELP,
+  SCENARIO_OPTIONS,
+} from "./command_line.ts";
+import { callerDirectory } from "./caller_directory.ts";
+import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
+import { UsageError } from "./usage_error.ts";
+import { isDisaggregated } from "../actors/instance_model.ts";
+import type { SimulationConfig } from "../actors/topology.ts";
+import { policyLabel } from "../actors/policies/mod.ts";
+import { DEFAULT_MAX_BODY_BYTES } from "./wire/http.ts";
+import { type SimFleet, startSimFleet } from "./wire/sim_server.ts";
+import { type Gateway, startGateway } from "./wire/gateway.ts";
+
+const HELP = `Usage: deno task serve [flags]
+
+Starts the scenario's instances (FIFO or batching model) as OpenAI-compatible
+HTTP servers on ephemeral ports, each simulated in real time (--speed), and a
+gateway on --port that routes to them with the scenario's policy or a --router
+plugin. With --upstream the gateway fronts those servers instead (real vLLM or
+SGLang): it reads their /metrics for load and keeps an approximate cache view.
+Prints "instance N: URL" and "gateway: URL" lines, then serves until SIGTERM or
+Ctrl-C (graceful: in-flight streams finish, at most 5 s).
+
+  --speed X                simulated ms per wall ms (default 1: real time)
+  --host ADDR              the address every server binds (default 127.0.0.1)
+  --port N                 the gateway's port (default 0: an ephemeral port, printed)
+  --no-gateway             start the instances only (to put your own router in front)
+  --upstream URL,...       no simulated instances: the gateway fronts these servers
+  --served-model-name NAME the model the instances serve (default sim); others get 404
+  --max-model-len N        largest prompt + completion, tokens (default 32768)
+  --max-body-bytes N       largest request body (default 1048576)
+  --scrape-ms N            wall ms between the gateway's scrapes of each upstream's /metrics (default 200)
+  --upstream-timeout-ms N  wall ms the gateway waits for an upstream's first byte (default 60000)
+
+Bound to 127.0.0.1 by default, and the task may reach 127.0.0.1 and localhost
+only. For other hosts run: deno run --allow-read --allow-net=HOSTS
+--unstable-worker-options scenarios/serve.ts --host ... --upstream ...
+
+${SCENARIO_FLAGS_HELP}`;
+
+const OPTIONS = {
+  ...SCENARIO_OPTIONS,
+  speed: { type: "string" },
+  host: { type: "string" },
+  port: { type: "string" },
+  "no-gateway": { type: "boolean" },
+  upstream: { type: "string" },
+  "served-model-name": { type: "string" },
+  "max-model-len": { type: "string" },
+  "max-body-bytes": { type: "string" },
+  "scrape-ms": { type: "string" },
+  "upstream-timeout-ms": { type: "string" },
+} as const;
+
+type ServeFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
+
+/** Wall ms the shutdown gives requests in flight: the process exits within 5 s of SIGTERM. */
+const GRACE_MS = 4500;
+
+/** A flag's number: finite, > 0 (or ≥ 0 with `zero`), whole with `integer`. */
+function numberFlag(
+  values: ServeFlags,
+  name: keyof ServeFlags,
+  fallback: number,
+  { integer = false, zero = false } = {},
+): number {
+  const raw = values[name];
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  const ok = Number.isFinite(value) && (zero ? value >= 0 : value > 0) &&
+    (!integer || Number.isInteger(value));
+  if (!ok || String(raw).trim() === "") {
+    throw new UsageError(
+      `--${name}: expected ${integer ? "an integer" : "a number"} ${zero ? ">= 0" : "> 0"}, got "${raw}"`,
+    );
+  }
+  return value;
+}
+
+/** `--upstream`'s URLs, each checked. */
+function upstreamUrls(raw: string): string[] {
+  return raw.split(",").map((part) => part.trim()).filter((part) => part !== "").map((part) => {
+    let url: URL;
+    try {
+      url = new URL(part);
+    } catch {
+      throw new UsageError(`--upstream: "${part}" is not a URL (expected http://host:port)`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      throw new UsageError(`--upstream: "${part}" is not an http(s) URL`);
+    }
+    return url.origin + url.pathname.replace(/\/+$/, "");
+  });
+}
+
+/** What the simulated fleet cannot be over the wire, refused before anything starts. */
+function checkServable(config: SimulationConfig, values: ServeFlags, upstreams: readonly string[]): void {
+  if (isDisaggregated(config.instances)) {
+    throw new UsageError("instances.pools: a disaggregated fleet is not served over HTTP (design.md)");
+  }
+  if ((config.faults?.length ?? 0) > 0) {
+    throw new UsageError("faults: not injected into served instances; stop or kill a server instead");
+  }
+  if (config.autoscale !== undefined) throw new UsageError("autoscale: not supported by serve");
+  if (upstreams.length > 0 && values["no-gateway"]) {
+    throw new UsageError("--upstream: needs the gateway; drop --no-gateway");
+  }
+  if (upstreams.length > 0 && (values as Record<string, unknown>).instances !== undefined) {
+    throw new UsageError("--instances: with --upstream no instance is simulated; drop one of them");
+  }
+  if (values["no-gateway"] && pluginFlag(values) !== undefined) {
+    throw new UsageError("--router: needs the gateway; drop --no-gateway");
+  }
+}
+
+/** Everything `deno task serve` is asked to start, checked. */
+async function serveSettings(values: ServeFlags) {
+  const config = await configFromFlags(values);
+  const upstreams = values.upstream === undefined ? [] : upstreamUrls(values.upstream);
+  if (values.upstream !== undefined && upstreams.length === 0) {
+    throw new UsageError(`--upstream: expected URL,URL,..., got "${values.upstream}"`);
+  }
+  for (const url of upstreams) {
+    const host = new URL(url).host;
+    if (Deno.permissions.querySync({ name: "net", host }).state !== "granted") {
+      throw new UsageError(
+        `--upstream: not allowed to reach ${host}: the serve task may reach 127.0.0.1 and localhost only; ` +
+          `for other hosts run deno run --allow-read --allow-net=127.0.0.1,${host} --allow-env=INIT_CWD ` +
+          `--unstable-worker-options scenarios/serve.ts ... (README, "Over the wire")`,
+      );
+    }
+  }
+  checkServable(config, values, upstreams);
+  const named = pluginFlag(values);
+  if (named?.pool !== undefined) throw new UsageError(`${named.flag}: serve routes one pool; use --router`);
+  const timeoutMs = pluginTimeoutMs(values);
+  const plugin = named && await loadRouterPlugin(named.path, { timeoutMs, baseDir: callerDirectory() });
+  return {
+    config,
+    upstreams,
+    plugin,
+    pluginTimeoutMs: timeoutMs,
+    speed: numberFlag(values, "speed", 1),
+    host: values.host ?? "127.0.0.1",
+    port: numberFlag(values, "port", 0, { integer: true, zero: true }),
+    servedModelName: values["served-model-name"] ?? "sim",
+    maxModelLen: numberFlag(values, "max-model-len", 32768, { integer: true }),
+    maxBodyBytes: numberFlag(values, "max-body-bytes", DEFAULT_MAX_BODY_BYTES, { integer: true }),
+    scrapeMs: numberFlag(values, "scrape-ms", 200),
+    upstreamTimeoutMs: numberFlag(values, "upstream-timeout-ms", 60000),
+  };
+}
+
+type ServeSettings = Awaited<ReturnType<typeof serveSettings>>;
+
+/** Starts the gateway in front of `upstreams`. */
+function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugin: RouterPlugin | undefined) {
+  return startGateway({
+    config: settings.config,
+    upstreams,
+    host: settings.host,
+    port: settings.port,
+    speed: settings.speed,
+    wallTime: systemWallTime,
+    maxBodyBytes: settings.maxBodyBytes,
+    scrapeMs: settings.scrapeMs,
+    upstreamTimeoutMs: settings.upstreamTimeoutMs,
+    plugin: plugin && {
+      url: plugin.url,
+      name: plugin.name,
+      readPaths: plugin.readPaths,
+      timeoutMs: settings.pluginTimeoutMs,
+    },
+    onFatal: (line) => {
+      console.error(oneLine(line));
+      // A moment for the 503s the gateway just wrote to reach their clients; then a supervisor restarts us.
+      setTimeout(() => Deno.exit(1), 200);
+    },
+  });
+}
+
+/** Waits for SIGTERM or SIGINT, then shuts down gracefully and says what was served. */
+async function serveUntilSignal(fleet: SimFleet | undefined, gateway: Gateway | undefined): Promise<void> {
+  const signal = Promise.withResolvers<string>();
+  const onTerm = () => signal.resolve("SIGTERM");
+  const onInt = () => signal.resolve("SIGINT");
+  Deno.addSignalListener("SIGTERM", onTerm);
+  Deno.addSignalListener("SIGINT", onInt);
+  const name = await signal.promise;
+  const started = performance.now();
+  // /health says 503 everywhere at once; then the gateway lets its streams finish, then the instances.
+  gateway?.drain();
+  fleet?.drain();
+  await gateway?.close(GRACE_MS);
+  await fleet?.close(Math.max(0, GRACE_MS - (performance.now() - started)));
+  Deno.removeSignalListener("SIGTERM", onTerm);
+  Deno.removeSignalListener("SIGINT", onInt);
+  const lag = fleet?.lagStats();
+  console.error(
+    `${name}: stopped in ${((performance.now() - started) / 1000).toFixed(2)} s` +
+      (lag
+        ? `; the simulated fleet's delivery lag p50 ${lag.p50Ms.toFixed(1)} ms, p99 ${
+          lag.p99Ms.toFixed(1)
+        } ms, max ${lag.maxMs.toFixed(1)} ms over ${lag.deliveries} deliveries`
+        : ""),
+  );
+}
+
+if (import.meta.main) {
+  await runCommand(async () => {
+    const { values } = parseFlags(Deno.args, OPTIONS);
+    if (values.help) return console.log(HELP);
+    const settings = await serveSettings(values);
+    let fleet: SimFleet | undefined;
+    if (settings.upstreams.length === 0) {
+      fleet = await startSimFleet({
+        config: settings.config,
+        speed: settings.speed,
+        host: settings.host,
+        servedModelName: settings.servedModelName,
+        maxBodyBytes: settings.maxBodyBytes,
+        maxModelLen: settings.maxModelLen,
+        wallTime: systemWallTime,
+        onError: (error) => {
+          console.error(`run failed: ${oneLine(error.message)}`);
+          Deno.exit(1);
+        },
+      });
+      fleet.urls.forEach((url, i) => console.log(`instance ${i}: ${url}`));
+    }
+    const upstreams = fleet?.urls ?? settings.upstreams;
+    const gateway = values["no-gateway"] ? undefined : await gatewayFor(settings, upstreams, settings.plugin);
+    if (gateway) {
+      const routing = settings.plugin
+        ? `plugin ${settings.plugin.name}`
+        : policyLabel(settings.config.policy);
+      console.log(
+        `gateway: ${gateway.url} (${routing}, approximate cache view, ${upstreams.length} upstreams)`,
+      );
+    }
+    console.log(`serving at speed ${settings.speed}×; SIGTERM or Ctrl-C stops`);
+    await serveUntilSignal(fleet, gateway);
+  });
+}

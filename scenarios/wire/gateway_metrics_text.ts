@@ -1,0 +1,79 @@
+/**
+ * @module
+ * The gateway's `/metrics`: its own counters (requests by outcome, retries,
+ * routing decisions and requests in flight per upstream, time to first
+ * token), then every upstream's `vllm:*` and `sglang:*` gauges from its last
+ * scrape, labelled `upstream="<url>"`.
+ */
+import { type BucketHistogram, PromText, relabelAll, type Sample } from "./prometheus.ts";
+
+/** One upstream's last good scrape. */
+export interface UpstreamScrape {
+  readonly samples: readonly Sample[];
+  /** Its `# TYPE`s (family → type). */
+  readonly types: ReadonlyMap<string, string>;
+}
+
+/** What the exposition is written from. */
+export interface GatewayMetricsState {
+  readonly upstreams: readonly string[];
+  /** Requests to the completion endpoints by outcome. */
+  readonly outcomes: Readonly<Record<string, number>>;
+  readonly retries: number;
+  /** Per upstream: routing decisions, requests in flight, last scrape answered. */
+  readonly routed: ArrayLike<number>;
+  readonly inFlight: ArrayLike<number>;
+  readonly up: readonly boolean[];
+  /** Time to first token, simulated seconds. */
+  readonly ttft: BucketHistogram;
+  /** Per upstream, its last good scrape (undefined: none, or not an exposition). */
+  readonly scrapes: readonly (UpstreamScrape | undefined)[];
+}
+
+const ENGINE_GAUGE = /^(vllm|sglang):/;
+
+/** Whether an upstream's sample is one of its engine's gauges (typed so, or untyped without a counter/histogram suffix). */
+function isEngineGauge(sample: Sample, types: ReadonlyMap<string, string>): boolean {
+  if (!ENGINE_GAUGE.test(sample.name)) return false;
+  const type = types.get(sample.name);
+  return type === undefined ? !/_(total|bucket|sum|count|created)$/.test(sample.name) : type === "gauge";
+}
+
+/** The gateway's `/metrics` text (exposition format 0.0.4). */
+export function gatewayMetricsText(s: GatewayMetricsState): string {
+  const perUpstream = (values: ArrayLike<number>) =>
+    s.upstreams.map((upstream, i) => ({ labels: { upstream }, value: values[i] }));
+  const text = new PromText()
+    .counter(
+      "gateway_requests_total",
+      "Requests to the completion endpoints, by how they ended.",
+      Object.entries(s.outcomes).map(([outcome, value]) => ({ labels: { outcome }, value })),
+    )
+    .counter("gateway_retries_total", "Attempts sent to another upstream after one failed.", [
+      { labels: {}, value: s.retries },
+    ])
+    .counter(
+      "gateway_routed_total",
+      "Routing decisions, by upstream (retries included).",
+      perUpstream(s.routed),
+    )
+    .gauge("gateway_in_flight", "Requests forwarded and not finished, by upstream.", perUpstream(s.inFlight))
+    .gauge(
+      "gateway_upstream_up",
+      "1 while the upstream's last /metrics scrape answered, else 0.",
+      perUpstream(s.up.map(Number)),
+    )
+    .histogram(
+      "gateway_time_to_first_token_seconds",
+      "From a request's arrival at the gateway to the upstream's first generated text, simulated seconds.",
+      [{ labels: {}, histogram: s.ttft }],
+    );
+  const sources = s.scrapes.flatMap((scrape, i) =>
+    scrape === undefined ? [] : [{
+      samples: scrape.samples.filter((sample) => isEngineGauge(sample, scrape.types)),
+      types: scrape.types,
+      labels: { upstream: s.upstreams[i] },
+    }]
+  );
+  return text.raw(relabelAll(sources)).text();
+}

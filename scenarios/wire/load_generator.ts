@@ -1,0 +1,746 @@
+/**
+ * @module
+ * The open-loop load generator behind `deno task load`: replays a scenario's
+ * arrivals (synthetic or a trace) against any OpenAI-compatible URL at their
+ * simulated times over `speed`, never waiting for earlier answers, and folds
+ * what it measures client-side into the metrics of `deno task run`.
+ */
+import { droppedFraction, MetricsCollector } from "../../actors/metrics_collector.ts";
+import type { DropReason, MetricsCommand, Request, RouteCommand } from "../../actors/protocol.ts";
+import { type Actor, Kernel } from "../../actors/runtime/kernel.ts";
+import type { WallTime } from "../../actors/runtime/wall_clock.ts";
+import { ACTOR_NAMES, buildSource, checkConservation, type SimulationConfig } from "../../actors/topology.ts";
+import { TraceSource } from "../../actors/trace_source.ts";
+import { formatReport, type RunReport } from "../report/run_report.ts";
+import { readSseData } from "./http.ts";
+import { promptText } from "./tokenizer.ts";
+
+/** Which OpenAI endpoint the generator loads. */
+export type LoadEndpoint = "completion" | "chat";
+
+/** The paths of the two endpoints, appended to a base URL. */
+export const ENDPOINT_PATHS: Readonly<Record<LoadEndpoint, string>> = {
+  completion: "/v1/completions",
+  chat: "/v1/chat/completions",
+};
+
+/** A p99 send lag above this many wall ms means the generator did not keep up with the schedule. */
+export const SEND_LAG_TOLERANCE_MS = 50;
+
+/** Options for {@linkcode runLoad}. */
+export interface LoadOptions {
+  /** The server: a base URL (`http://127.0.0.1:8000`) or the endpoint's own URL. */
+  readonly url: string;
+  /** The workload (synthetic or trace), its seed, SLOs and classes; `instances.count` sizes per-instance metrics. */
+  readonly config: SimulationConfig;
+  /** Simulated ms per wall ms: request i is sent at wall start + arrivalMs / speed. @default 1 (in the CLI) */
+  readonly speed: number;
+  /** The endpoint loaded. @default "completion" (in the CLI) */
+  readonly endpoint: LoadEndpoint;
+  /** The `model` field of every request. @default "sim" (in the CLI) */
+  readonly model: string;
+  /** Makes this run's unique prompt tokens its own (see `promptText`). @default the scenario seed (in the CLI) */
+  readonly nonce: number;
+  /** Wall ms a request may take, from its send to its stream's end, before it fails as `timeout`. @default 60000 (in the CLI) */
+  readonly requestTimeoutMs: number;
+  /** Aborting stops sending, aborts the requests in flight and resolves with what was measured. @default none */
+  readonly signal?: AbortSignal;
+  /** The wall clock (and its timers). */
+  readonly wallTime: WallTime;
+  /** Called once the arrivals are known, before the first send, with their number and the endpoint URL. @default none */
+  readonly onStart?: (total: number, url: string) => void;
+  /** Called whenever a request is sent or finishes. @default none */
+  readonly onProgress?: (done: number, total: number, progress: LoadProgress) => void;
+}
+
+/** How far a load run is. */
+export interface LoadProgress {
+  /** Requests the scenario has. */
+  readonly total: number;
+  readonly sent: number;
+  readonly completed: number;
+  readonly failed: number;
+  /** Refused as a simulator drops a request (see `LoadStats.dropped`). */
+  readonly dropped: number;
+}
+
+/** What the generator itself saw, beside the run metrics. */
+export interface LoadStats {
+  /** The endpoint URL loaded. */
+  readonly url: string;
+  readonly endpoint: LoadEndpoint;
+  readonly model: string;
+  readonly speed: number;
+  readonly nonce: number;
+  /** Requests the scenario has. */
+  readonly total: number;
+  /** Requests sent (the run's `requests`). */
+  readonly sent: number;
+  readonly completed: number;
+  /**
+   * Refused as a simulator drops a request, counted `dropped` like `deno task
+   * run` does: a 503 with code `queue_full`, a 400 about the maximum context length.
+   */
+  readonly dropped: number;
+  /** Failed: any other HTTP error, a timeout, a lost connection, a bad stream (counted `failed`, reason `unreachable`). */
+  readonly failed: number;
+  /** Sent, and aborted unfinished by an interrupt. */
+  readonly inFlight: number;
+  /** Not sent (interrupted first). */
+  readonly notSent: number;
+  /** Failures (not drops) by kind: `http <status>`, `timeout`, `connection`, `dropped`, `stream error`, `bad stream`. */
+  readonly failedBy: Readonly<Record<string, number>>;
+  /** One message per failure kind (the first seen), for a user to read. */
+  readonly failureExamples: Readonly<Record<string, string>>;
+  /** Completed requests whose stream carried no usage (token counts then come from the request and the chunks). */
+  readonly usageMissing: number;
+  /** Completed requests whose usage had no `prompt_tokens_details.cached_tokens` (hit rates are then null). */
+  readonly cachedTokensMissing: number;
+  /** Completed requests with neither `x-routed-to` nor `x-sim-instance` (instance imbalance is then null). */
+  readonly instanceMissing: number;
+  /** How late the generator sent requests behind their schedule, wall ms; null when none was sent. */
+  readonly sendLagP50Ms: number | null;
+  readonly sendLagP99Ms: number | null;
+  readonly sendLagMaxMs: number | null;
+  /** Whether the p99 send lag stayed within {@linkcode SEND_LAG_TOLERANCE_MS}: if not, the load was lighter than asked. */
+  readonly keptUp: boolean;
+  /** The run was interrupted (its signal aborted). */
+  readonly interrupted: boolean;
+}
+
+/**
+ * One load run's report: the keys of `deno task run --json` (policy
+ * `"remote"`: the client cannot see the router), with null for what a client
+ * cannot measure, plus `load`.
+ */
+export interface LoadResult extends Omit<RunReport, "preemptions" | "messages"> {
+  /** A client sees no preemption. */
+  readonly preemptions: null;
+  /** No kernel delivers messages here. */
+  readonly messages: null;
+  readonly load: LoadStats;
+}
+
+/** The requests a scenario's source emits, as `deno task run` sees them arrive, and the trace lines it skipped. */
+export interface ScenarioArrivals {
+  readonly requests: readonly Request[];
+  readonly skippedInvalid: number;
+}
+
+/**
+ * Runs the scenario's workload source (synthetic or trace) alone in a
+ * virtual kernel, a capturing stand-in for the router recording every
+ * `route` — the same arrivals, ids and prompts as `deno task run`'s.
+ */
+export function scenarioArrivals(config: SimulationConfig): ScenarioArrivals {
+  const kernel = new Kernel({ seed: config.seed });
+  const requests: Request[] = [];
+  const capture: Actor<RouteCommand> = { handle: (message) => void requests.push(message.request) };
+  const router = kernel.spawn(ACTOR_NAMES.router, capture);
+  const source = buildSource(config.workload, router, config.seed);
+  kernel.send(kernel.spawn(ACTOR_NAMES.source, source), { type: "start" });
+  kernel.run({ untilMs: config.untilMs });
+  return { requests, skippedInvalid: source instanceof TraceSource ? source.skipped : 0 };
+}
+
+/**
+ * The endpoint's URL from `url`: kept when its path already ends in one of
+ * {@linkcode ENDPOINT_PATHS}, else the endpoint's path appended (after a
+ * trailing `/v1`, only its rest).
+ * @throws {TypeError} for a URL that does not parse, is not http(s), or names the other endpoint.
+ */
+export function endpointUrl(url: string, endpoint: LoadEndpoint): string {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    throw new TypeError(`url: expected an http(s) URL, got "${url}"`);
+  }
+  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
+    throw new TypeError(`url: expected an http(s) URL, got "${url}"`);
+  }
+  const path = parsed.pathname.replace(/\/+$/, "");
+  const named = (Object.keys(ENDPOINT_PATHS) as LoadEndpoint[]).find((e) => path.endsWith(ENDPOINT_PATHS[e]));
+  if (named !== undefined && named !== endpoint) {
+    throw new TypeError(`url: "${url}" is the ${named} endpoint, but the endpoint is ${endpoint}`);
+  }
+  if (named === undefined) {
+    parsed.pathname = path.endsWith("/v1")
+      ? path + ENDPOINT_PATHS[endpoint].slice(3)
+      : path + ENDPOINT_PATHS[endpoint];
+  }
+  return parsed.href;
+}
+
+/**
+ * The JSON body sent for `request`: its prompt text (`promptText`), as a
+ * prompt or one user message, `max_tokens` its output tokens with
+ * `ignore_eos` (vLLM's) so that exactly that many come back, streamed with usage.
+ */
+export function requestBody(
+  request: Request,
+  options: Pick<LoadOptions, "endpoint" | "model" | "nonce">,
+): Record<string, unknown> {
+  const prompt = promptText(request, options.nonce);
+  const common = {
+    model: options.model,
+    max_tokens: request.outputTokens,
+    ignore_eos: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  };
+  return options.endpoint === "chat"
+    ? { ...common, messages: [{ role: "user", content: prompt }] }
+    : { ...common, prompt };
+}
+
+/**
+ * Replays `options.config`'s arrivals against `options.url`, open loop, and
+ * reports what it measured once every request sent has finished (or, when
+ * `signal` aborts, at once with what it had).
+ * @throws {TypeError} for options out of range or a bad URL.
+ * @throws {SimulationError} (`invariant_broken`) if a request went unaccounted for.
+ */
+export async function runLoad(options: LoadOptions): Promise<LoadResult> {
+  checkOptions(options);
+  const url = endpointUrl(options.url, options.endpoint);
+  const { requests, skippedInvalid } = scenarioArrivals(options.config);
+  options.onStart?.(requests.length, url);
+  const run = new LoadRun(options, url, requests.length);
+  await run.sendAll(requests);
+  return run.result(skippedInvalid);
+}
+
+/** @throws {TypeError} naming the option, its value and what was expected. */
+function checkOptions(options: LoadOptions): void {
+  const positive = (name: string, value: number) => {
+    if (!(value > 0 && Number.isFinite(value))) {
+      throw new TypeError(`${name}: expected a finite number > 0, got ${value}`);
+    }
+  };
+  positive("speed", options.speed);
+  positive("requestTimeoutMs", options.requestTimeoutMs);
+  if (options.endpoint !== "completion" && options.endpoint !== "chat") {
+    throw new TypeError(`endpoint: expected "completion" or "chat", got ${JSON.stringify(options.endpoint)}`);
+  }
+  if (!Number.isSafeInteger(options.nonce) || options.nonce < 0) {
+    throw new TypeError(`nonce: expected an integer >= 0, got ${options.nonce}`);
+  }
+}
+
+/** Token counts from a stream's usage chunk. */
+interface StreamUsage {
+  readonly promptTokens: number;
+  readonly completionTokens: number;
+  /** Absent when the server did not report cached tokens. */
+  readonly cachedTokens: number | undefined;
+}
+
+/** A stream read to its end: when text came, how many chunks carried it, the usage. */
+interface StreamTimes {
+  readonly firstWallMs: number;
+  readonly endWallMs: number;
+  readonly textChunks: number;
+  readonly usage: StreamUsage | undefined;
+}
+
+/** How one request ended. */
+type Outcome =
+  | ({ readonly kind: "completed"; readonly instance: number | undefined } & StreamTimes)
+  | {
+    readonly kind: "failed";
+    readonly label: string;
+    readonly message: string;
+    readonly atWallMs: number;
+    readonly instance: number | undefined;
+    /** The server refused it as a simulator drops a request (counted dropped, not failed). */
+    readonly drop?: DropReason;
+  }
+  | { readonly kind: "interrupted" };
+
+/** A request's failure, by kind (see {@linkcode LoadStats.failedBy}). */
+class RequestFailure extends Error {
+  /**
+   * @param label The failure's kind.
+   * @param drop Set when the server refused the request as a simulator drops one.
+   */
+  constructor(readonly label: string, message: string, readonly drop?: DropReason) {
+    super(message);
+  }
+}
+
+/** One request sent: when it was due and how it ended. */
+interface Sent {
+  readonly request: Request;
+  readonly dueWallMs: number;
+  outcome?: Outcome;
+}
+
+/** One load run: the sender loop, the requests in flight, and what came back. */
+class LoadRun {
+  readonly #options: LoadOptions;
+  readonly #url: string;
+  readonly #total: number;
+  readonly #sent: Sent[] = [];
+  readonly #lagsMs: number[] = [];
+  readonly #inFlight = new Set<AbortController>();
+  readonly #pending = new Set<Promise<void>>();
+  #completed = 0;
+  #failed = 0;
+  #dropped = 0;
+  #interrupted = false;
+  #startWallMs = 0;
+  #endWallMs = 0;
+
+  constructor(options: LoadOptions, url: string, total: number) {
+    this.#options = options;
+    this.#url = url;
+    this.#total = total;
+  }
+
+  /** Sends every request at its time (until interrupted), then waits for every one sent to end. */
+  async sendAll(requests: readonly Request[]): Promise<void> {
+    const { wallTime, speed, signal } = this.#options;
+    const onAbort = () => this.#interrupt();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (signal?.aborted) this.#interrupt();
+    this.#startWallMs = wallTime.now();
+    try {
+      for (const request of requests) {
+        const dueWallMs = this.#startWallMs + request.arrivalMs / speed;
+        // Built before the wait: a long prompt's text takes milliseconds to write.
+        const body = JSON.stringify(requestBody(request, this.#options));
+        const waitMs = dueWallMs - wallTime.now();
+        if (waitMs > 0 && !this.#interrupted) await wallTime.sleep(waitMs, signal);
+        if (this.#interrupted) break;
+        this.#launch(request, dueWallMs, body);
+      }
+      while (this.#pending.size > 0) await Promise.all([...this.#pending]);
+    } finally {
+      signal?.removeEventListener("abort", onAbort);
+      this.#endWallMs = wallTime.now();
+    }
+  }
+
+  #interrupt(): void {
+    this.#interrupted = true;
+    for (const controller of this.#inFlight) controller.abort();
+  }
+
+  #launch(request: Request, dueWallMs: number, body: string): void {
+    const sent: Sent = { request, dueWallMs };
+    this.#sent.push(sent);
+    this.#lagsMs.push(Math.max(0, this.#options.wallTime.now() - dueWallMs));
+    const done = this.#exchange(body).then((outcome) => {
+      sent.outcome = outcome;
+      if (outcome.kind === "completed") this.#completed++;
+      if (outcome.kind === "failed" && outcome.drop !== undefined) this.#dropped++;
+      else if (outcome.kind === "failed") this.#failed++;
+      this.#pending.delete(done);
+      this.#progress();
+    });
+    this.#pending.add(done);
+    this.#progress();
+  }
+
+  #progress(): void {
+    const progress = {
+      total: this.#total,
+      sent: this.#sent.length,
+      completed: this.#completed,
+      failed: this.#failed,
+      dropped: this.#dropped,
+    };
+    const done = progress.completed + progress.failed + progress.dropped;
+    this.#options.onProgress?.(done, this.#total, progress);
+  }
+
+  /** Sends one request and reads its stream; never rejects. */
+  async #exchange(body: string): Promise<Outcome> {
+    const { wallTime, requestTimeoutMs } = this.#options;
+    const controller = new AbortController(), finished = new AbortController();
+    let timedOut = false, instance: number | undefined;
+    this.#inFlight.add(controller);
+    wallTime.sleep(requestTimeoutMs, finished.signal).then(() => {
+      if (finished.signal.aborted) return;
+      timedOut = true;
+      controller.abort();
+    });
+    let responded = false;
+    try {
+      const response = await fetch(this.#url, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body,
+        signal: controller.signal,
+      });
+      responded = true;
+      instance = instanceOf(response.headers);
+      const times = await readAnswer(response, this.#options.endpoint, wallTime);
+      return { kind: "completed", instance, ...times };
+    } catch (error) {
+      if (this.#interrupted) return { kind: "interrupted" };
+      const failure = timedOut
+        ? new RequestFailure("timeout", `no complete answer within ${requestTimeoutMs} ms wall`)
+        : error instanceof RequestFailure
+        ? error
+        : new RequestFailure(responded ? "dropped" : "connection", errorText(error));
+      return {
+        kind: "failed",
+        label: failure.label,
+        message: failure.message,
+        atWallMs: wallTime.now(),
+        instance,
+        drop: failure.drop,
+      };
+    } finally {
+      finished.abort();
+      this.#inFlight.delete(controller);
+    }
+  }
+
+  /** The report: run metrics from the outcomes, and the generator's own figures. */
+  result(skippedInvalid: number): LoadResult {
+    const { config, speed } = this.#options;
+    const completed = this.#sent.filter((s) => s.outcome?.kind === "completed");
+    const collector = collect(this.#sent, config, speed);
+    const summary = collector.summary();
+    const sent = this.#sent.length;
+    const inFlight = this.#sent.filter((s) => s.outcome?.kind === "interrupted").length;
+    checkConservation(
+      {
+        arrivals: sent,
+        completed: summary.completed,
+        dropped: summary.dropped,
+        failed: summary.failed,
+        inFlight,
+      },
+      (this.#endWallMs - this.#startWallMs) * speed,
+    );
+    const load = this.#stats(completed, inFlight);
+    return {
+      ...summary,
+      ...clientUnmeasured(load),
+      policy: "remote",
+      requests: sent,
+      inFlight,
+      droppedFraction: droppedFraction(summary.dropped, sent),
+      skippedInvalid,
+      simulatedMs: (this.#endWallMs - this.#startWallMs) * speed,
+      messages: null,
+      wallMs: this.#endWallMs - this.#startWallMs,
+      scenario: config,
+      load,
+    };
+  }
+
+  /** The generator's own figures. */
+  #stats(completed: readonly Sent[], inFlight: number): LoadStats {
+    const failedBy: Record<string, number> = {}, failureExamples: Record<string, string> = {};
+    for (const { outcome } of this.#sent) {
+      if (outcome?.kind !== "failed" || outcome.drop !== undefined) continue;
+      failedBy[outcome.label] = (failedBy[outcome.label] ?? 0) + 1;
+      failureExamples[outcome.label] ??= outcome.message;
+    }
+    const answers = completed.map((s) => s.outcome as Extract<Outcome, { kind: "completed" }>);
+    const lags = [...this.#lagsMs].sort((a, b) => a - b);
+    const rank = (p: number) => lags.length === 0 ? null : lags[Math.max(0, Math.ceil(p * lags.length) - 1)];
+    const { url: _url, endpoint, model, speed, nonce } = this.#options;
+    return {
+      url: this.#url,
+      endpoint,
+      model,
+      speed,
+      nonce,
+      total: this.#total,
+      sent: this.#sent.length,
+      completed: this.#completed,
+      dropped: this.#dropped,
+      failed: this.#failed,
+      inFlight,
+      notSent: this.#total - this.#sent.length,
+      failedBy,
+      failureExamples,
+      usageMissing: answers.filter((a) => a.usage === undefined).length,
+      cachedTokensMissing: answers.filter((a) => a.usage?.cachedTokens === undefined).length,
+      instanceMissing: answers.filter((a) => a.instance === undefined).length,
+      sendLagP50Ms: rank(0.5),
+      sendLagP99Ms: rank(0.99),
+      sendLagMaxMs: rank(1),
+      keptUp: (rank(0.99) ?? 0) <= SEND_LAG_TOLERANCE_MS,
+      interrupted: this.#interrupted,
+    };
+  }
+}
+
+/**
+ * Feeds every finished request to a metrics collector, as the simulator's
+ * instances and router would, in simulated ms (wall offsets from the
+ * request's scheduled send, times `speed`).
+ */
+function collect(sent: readonly Sent[], config: SimulationConfig, speed: number): MetricsCollector {
+  let highest = config.instances.count - 1;
+  for (const { outcome } of sent) {
+    if (outcome?.kind === "completed" && outcome.instance !== undefined) {
+      highest = Math.max(highest, outcome.instance);
+    }
+  }
+  const collector = new MetricsCollector(highest + 1, { slo: config.slo, classes: config.workload.classes });
+  const kernel = new Kernel({ seed: config.seed });
+  const ref = kernel.spawn(ACTOR_NAMES.metrics, collector);
+  for (const s of sent) {
+    const message = metricsMessage(s, speed);
+    if (message !== undefined) kernel.send(ref, message);
+  }
+  kernel.run();
+  return collector;
+}
+
+/**
+ * What a finished request tells the metrics collector: a completion record;
+ * a drop (a refusal the simulator would count as one, see
+ * {@linkcode dropReason}); or a final failed attempt, reason `unreachable`
+ * (the protocol's reasons are the simulator's; the HTTP kinds are in
+ * `load.failedBy`). Undefined for a request aborted by an interrupt.
+ */
+function metricsMessage(s: Sent, speed: number): MetricsCommand | undefined {
+  const o = s.outcome, r = s.request;
+  const simMs = (wallMs: number) => r.arrivalMs + (wallMs - s.dueWallMs) * speed;
+  const sloClass = r.sloClass === undefined ? {} : { sloClass: r.sloClass };
+  if (o?.kind === "completed") {
+    const record = {
+      requestId: r.id,
+      instance: o.instance ?? 0,
+      arrivalMs: r.arrivalMs,
+      startMs: r.arrivalMs, // unknown client-side: queue wait and busy time are reported null
+      firstTokenMs: simMs(o.firstWallMs),
+      endMs: simMs(o.endWallMs),
+      promptTokens: o.usage?.promptTokens ?? r.prefixTokens + r.suffixTokens,
+      cachedTokens: o.usage?.cachedTokens ?? 0,
+      outputTokens: o.usage?.completionTokens ?? o.textChunks,
+      ...sloClass,
+    };
+    return { type: "completed", record };
+  }
+  if (o?.kind !== "failed") return undefined;
+  const timeMs = simMs(o.atWallMs);
+  if (o.drop !== undefined) {
+    return {
+      type: "dropped",
+      requestId: r.id,
+      instance: o.instance ?? -1,
+      timeMs,
+      reason: o.drop,
+      ...sloClass,
+    };
+  }
+  return {
+    type: "attempt_failed",
+    requestId: r.id,
+    instance: o.instance ?? -1,
+    timeMs,
+    reason: "unreachable",
+    attempt: 0,
+    final: true,
+    arrivalMs: r.arrivalMs,
+    ...sloClass,
+  };
+}
+
+/** The metrics a client cannot measure, null (never 0); hit rates and imbalance too when the server did not say. */
+function clientUnmeasured(load: LoadStats) {
+  return {
+    queueWaitMeanMs: null,
+    availableTokenHitRate: null,
+    expectedTokenHitRate: null,
+    routingRegret: null,
+    viewFalsePositiveRate: null,
+    busyImbalanceCv: null,
+    perInstanceBusyMs: [],
+    gpuTokenHitRate: null,
+    hostTokenHitRate: null,
+    kvUtilizationMean: null,
+    preemptions: null,
+    instanceSeconds: null,
+    peakInstances: null,
+    ...(load.cachedTokensMissing > 0 && { hitRate: null, tokenHitRate: null }),
+    ...(load.instanceMissing > 0 && { imbalance: null, imbalanceCv: null, perInstanceCompleted: [] }),
+  } as const;
+}
+
+/** The instance that served a response: `x-routed-to` (a gateway's), else `x-sim-instance`; undefined when neither is a whole number. */
+export function instanceOf(headers: Headers): number | undefined {
+  for (const name of ["x-routed-to", "x-sim-instance"]) {
+    const value = headers.get(name);
+    if (value !== null && /^\s*\d+\s*$/.test(value)) return Number(value);
+  }
+  return undefined;
+}
+
+/** Reads a response to its end. @throws {RequestFailure} for an HTTP error, a non-SSE answer or a bad stream. */
+async function readAnswer(
+  response: Response,
+  endpoint: LoadEndpoint,
+  wallTime: WallTime,
+): Promise<StreamTimes> {
+  if (!response.ok) {
+    const { message, code } = await errorBody(response);
+    throw new RequestFailure(`http ${response.status}`, message, dropReason(response.status, message, code));
+  }
+  const type = response.headers.get("content-type") ?? "";
+  if (response.body === null || !type.includes("text/event-stream")) {
+    await response.body?.cancel();
+    throw new RequestFailure("bad stream", `expected an SSE stream (text/event-stream), got "${type}"`);
+  }
+  return await readStream(response.body, endpoint, wallTime);
+}
+
+/**
+ * A refusal a simulator counts as a drop, not a failure: a 503 with code
+ * `queue_full` (a full queue), a 400 about the maximum context length
+ * (vLLM's words for a prompt too long).
+ */
+function dropReason(status: number, message: string, code: string | undefined): DropReason | undefined {
+  if (status === 503 && code === "queue_full") return "queue_full";
+  if (status === 400 && /maximum context length/i.test(message)) return "too_long";
+  return undefined;
+}
+
+/** The first few KB of an error response: its OpenAI error message and code when it has them. */
+async function errorBody(response: Response): Promise<{ message: string; code: string | undefined }> {
+  const reader = response.body?.getReader();
+  let text = "";
+  const decoder = new TextDecoder();
+  try {
+    for (
+      let chunk = await reader?.read();
+      chunk && !chunk.done && text.length < 4096;
+      chunk = await reader?.read()
+    ) {
+      text += decoder.decode(chunk.value, { stream: true });
+    }
+  } finally {
+    await reader?.cancel().catch(() => {});
+  }
+  try {
+    const error = JSON.parse(text)?.error;
+    if (typeof error?.message === "string") {
+      return { message: error.message, code: typeof error.code === "string" ? error.code : undefined };
+    }
+  } catch {
+    // Not JSON: the text itself.
+  }
+  return { message: text.slice(0, 200) || response.statusText, code: undefined };
+}
+
+/**
+ * Reads an SSE stream of completion (or chat) chunks to its end: the wall
+ * time of the first and last chunks with text, and the usage chunk.
+ * @throws {RequestFailure} for an error event, a chunk that is not JSON, a
+ * stream without text, or one that ends before `data: [DONE]`.
+ */
+async function readStream(
+  body: ReadableStream<Uint8Array>,
+  endpoint: LoadEndpoint,
+  wallTime: WallTime,
+): Promise<StreamTimes> {
+  let firstWallMs: number | undefined, endWallMs = 0, textChunks = 0, done = false;
+  let usage: StreamUsage | undefined;
+  for await (const data of readSseData(body)) {
+    if (done) continue;
+    if (data === "[DONE]") {
+      done = true;
+      continue;
+    }
+    const chunk = parseChunk(data, endpoint), nowMs = wallTime.now();
+    if (chunk.text !== "") {
+      firstWallMs ??= nowMs;
+      textChunks++;
+      endWallMs = nowMs;
+    }
+    usage = chunk.usage ?? usage;
+  }
+  if (!done) throw new RequestFailure("dropped", "the stream ended before data: [DONE]");
+  if (firstWallMs === undefined) throw new RequestFailure("bad stream", "no chunk carried generated text");
+  return { firstWallMs, endWallMs, textChunks, usage };
+}
+
+/** One chunk's text and usage. @throws {RequestFailure} for an error event or a chunk that is not a JSON object. */
+function parseChunk(data: string, endpoint: LoadEndpoint): { text: string; usage: StreamUsage | undefined } {
+  let chunk: unknown;
+  try {
+    chunk = JSON.parse(data);
+  } catch {
+    throw new RequestFailure("bad stream", `a chunk is not JSON: ${data.slice(0, 80)}`);
+  }
+  if (chunk === null || typeof chunk !== "object") {
+    throw new RequestFailure("bad stream", `a chunk is not a JSON object: ${data.slice(0, 80)}`);
+  }
+  const c = chunk as { error?: { message?: unknown }; choices?: unknown; usage?: unknown };
+  if (c.error !== undefined) {
+    throw new RequestFailure("stream error", String(c.error?.message ?? JSON.stringify(c.error)));
+  }
+  const choice = Array.isArray(c.choices) ? c.choices[0] : undefined;
+  const text = endpoint === "chat" ? choice?.delta?.content : choice?.text;
+  return { text: typeof text === "string" ? text : "", usage: usageOf(c.usage) };
+}
+
+/** A usage object's counts; undefined when it has none. */
+function usageOf(value: unknown): StreamUsage | undefined {
+  const u = value as
+    | {
+      prompt_tokens?: unknown;
+      completion_tokens?: unknown;
+      prompt_tokens_details?: { cached_tokens?: unknown } | null;
+    }
+    | null
+    | undefined;
+  if (typeof u?.prompt_tokens !== "number" || typeof u.completion_tokens !== "number") return undefined;
+  const cached = u.prompt_tokens_details?.cached_tokens;
+  return {
+    promptTokens: u.prompt_tokens,
+    completionTokens: u.completion_tokens,
+    cachedTokens: typeof cached === "number" ? cached : undefined,
+  };
+}
+
+/** An error's message on one line. */
+function errorText(error: unknown): string {
+  return String((error as Error)?.message ?? error).split("\n")[0];
+}
+
+/**
+ * The human-readable report: `deno task run`'s table (its policy and kernel
+ * lines replaced by the load's), then the requests sent and failed and the
+ * send lag, with a warning when the generator fell behind its schedule.
+ */
+export function formatLoadReport(result: LoadResult): string {
+  const l = result.load;
+  const ms = (v: number | null) => v === null ? "n/a" : `${v.toFixed(1)} ms`;
+  const table = formatReport(result as unknown as RunReport).split("\n").filter((line) =>
+    !line.startsWith("policy ") && !line.startsWith("model:") && !line.startsWith("  kernel") &&
+    !line.startsWith("  KV cache")
+  ); // the server's policy and model are its own: a client cannot see them
+  const kinds = Object.entries(l.failedBy).map(([kind, n]) => `${kind} ${n}`).join(", ");
+  const lines = [
+    `load · ${l.url} · ${l.endpoint} · model ${l.model} · speed ${l.speed}× · nonce ${l.nonce}`,
+    ...table,
+    `  load          sent ${l.sent} of ${l.total} · completed ${l.completed} · dropped ${l.dropped} · failed ${l.failed}${
+      kinds === "" ? "" : ` (${kinds})`
+    } · aborted in flight ${l.inFlight} · ${(result.wallMs / 1000).toFixed(1)} s wall`,
+    `  send lag      p50 ${ms(l.sendLagP50Ms)} · p99 ${ms(l.sendLagP99Ms)} · max ${
+      ms(l.sendLagMaxMs)
+    } wall behind schedule`,
+    ...Object.entries(l.failureExamples).map(([kind, message]) => `  ${kind}: ${message}`),
+  ];
+  if (!l.keptUp) {
+    lines.push(
+      `warning: p99 send lag ${ms(l.sendLagP99Ms)} exceeds ${SEND_LAG_TOLERANCE_MS} ms: the load generator ` +
+        `could not keep up with speed ${l.speed}×, so the load was lighter than the scenario's`,
+    );
+  }
+  if (l.cachedTokensMissing > 0) {
+    lines.push(`note: ${l.cachedTokensMissing} answers reported no cached tokens, so hit rates are n/a`);
+  }
+  return lines.join("\n");
+}

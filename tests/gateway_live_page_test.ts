@@ -1,0 +1,184 @@
+/**
+ * The gateway's live page (scenarios/wire/live_page.ts) rendered by headless
+ * Chromium against a running gateway: the DOM shows a row per upstream and
+ * the counts, filled from `/events`. Without Chromium the test says so and
+ * is ignored.
+ */
+import { assert, assertEquals, assertMatch } from "@std/assert";
+import { DOMParser } from "linkedom";
+import { systemWallTime } from "../scenarios/wall_time.ts";
+import { startGateway } from "../scenarios/wire/gateway.ts";
+import { LIVE_PAGE_HTML } from "../scenarios/wire/live_page.ts";
+import { FAKE_MODEL, startFakeUpstream } from "./_fake_upstream.ts";
+import { scenario } from "./_scenarios.ts";
+
+/** Chromium's version line, or undefined when it cannot be run here. */
+async function chromiumVersion(): Promise<string | undefined> {
+  try {
+    const { success, stdout } = await new Deno.Command("chromium", { args: ["--version"], stderr: "null" })
+      .output();
+    return success ? new TextDecoder().decode(stdout).trim() : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const CHROMIUM = await chromiumVersion();
+if (CHROMIUM === undefined) {
+  console.warn(
+    "gateway_live_page_test: Chromium (`chromium`) is not installed or may not run: the live page test is IGNORED",
+  );
+}
+
+/** Chromium's DevTools port, from the line it prints on stderr once listening. */
+async function devToolsPort(stderr: ReadableStream<Uint8Array>): Promise<number> {
+  const lines = stderr.pipeThrough(new TextDecoderStream()).getReader();
+  let text = "";
+  for (;;) {
+    const { done, value } = await lines.read();
+    if (done) throw new Error(`chromium exited before listening: ${text}`);
+    text += value;
+    const match = /DevTools listening on ws:\/\/127\.0\.0\.1:(\d+)\//.exec(text);
+    if (match !== null) {
+      // Keep draining its stderr so that it never blocks on a full pipe.
+      (async () => {
+        while (!(await lines.read()).done);
+      })().catch(() => {});
+      return Number(match[1]);
+    }
+  }
+}
+
+/** Evaluates `expression` in the page over the DevTools protocol (one request, one answer). */
+function evaluate(socket: WebSocket, id: number, expression: string): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (event: MessageEvent) => {
+      const reply = JSON.parse(event.data);
+      if (reply.id !== id) return;
+      socket.removeEventListener("message", onMessage);
+      if (reply.error || reply.result?.exceptionDetails) reject(new Error(JSON.stringify(reply)));
+      else resolve(reply.result.result.value);
+    };
+    socket.addEventListener("message", onMessage);
+    socket.send(
+      JSON.stringify({ id, method: "Runtime.evaluate", params: { expression, returnByValue: true } }),
+    );
+  });
+}
+
+/**
+ * Opens `url` in headless Chromium and returns the page's HTML once `ready`
+ * (a script expression) is true — the page keeps its `/events` stream open,
+ * so `--dump-dom` (which waits for the network to settle) cannot be used.
+ */
+async function renderedHtml(url: string, ready: string, timeoutMs: number): Promise<string> {
+  const profile = await Deno.makeTempDir({ prefix: "gateway_live_page_" });
+  const child = new Deno.Command("chromium", {
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+      `--user-data-dir=${profile}`,
+      "--remote-debugging-address=127.0.0.1",
+      "--remote-debugging-port=0",
+      url,
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  let socket: WebSocket | undefined;
+  try {
+    const port = await devToolsPort(child.stderr);
+    const pages = await (await fetch(`http://127.0.0.1:${port}/json/list`)).json();
+    const page = pages.find((p: { type: string; url: string }) => p.type === "page" && p.url.startsWith(url));
+    assert(page !== undefined, `no page at ${url}: ${JSON.stringify(pages)}`);
+    socket = new WebSocket(page.webSocketDebuggerUrl);
+    await new Promise((resolve, reject) => {
+      socket!.onopen = resolve;
+      socket!.onerror = reject;
+    });
+    const started = performance.now();
+    for (let id = 1;; id++) {
+      if (await evaluate(socket, id, ready) === true) break;
+      if (performance.now() - started > timeoutMs) {
+        throw new Error(`the page was not ready within ${timeoutMs} ms`);
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return await evaluate(socket, 0, "document.documentElement.outerHTML") as string;
+  } finally {
+    socket?.close();
+    if (socket !== undefined) {
+      await new Promise((r) =>
+        socket!.readyState === WebSocket.CLOSED ? r(0) : socket!.addEventListener("close", r)
+      );
+    }
+    child.kill("SIGKILL");
+    await child.status;
+    await Deno.remove(profile, { recursive: true }).catch(() => {});
+  }
+}
+
+Deno.test("the live page is one self-contained document: nothing loaded but /events", () => {
+  assert(!/\b(src|href)\s*=/.test(LIVE_PAGE_HTML), "the page loads an external resource");
+  assertMatch(LIVE_PAGE_HTML, /new EventSource\("\/events"\)/);
+});
+
+Deno.test({
+  name: "headless Chromium shows a row per upstream and the request counts, filled from /events",
+  ignore: CHROMIUM === undefined,
+  async fn() {
+    const fakes = [startFakeUpstream({ waiting: 3 }), startFakeUpstream({ waiting: 1, cachedTokens: 8 })];
+    const config = scenario({ policy: { name: "round_robin" } });
+    const gateway = await startGateway({
+      config,
+      upstreams: fakes.map((f) => f.url),
+      host: "127.0.0.1",
+      port: 0,
+      speed: 1,
+      wallTime: systemWallTime,
+      maxBodyBytes: 65_536,
+      scrapeMs: 100,
+      upstreamTimeoutMs: 5000,
+      onFatal: () => {},
+    });
+    try {
+      for (let i = 0; i < 4; i++) {
+        const response = await fetch(`${gateway.url}/v1/completions`, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify({ model: FAKE_MODEL, prompt: `request ${i} with a few words`, max_tokens: 4 }),
+        });
+        assertEquals(response.status, 200);
+        await response.body?.cancel();
+      }
+      const ready = `document.querySelectorAll("#upstreams tbody tr").length === 2`;
+      const html = await renderedHtml(`${gateway.url}/`, ready, 15_000);
+      const document = new DOMParser().parseFromString(html, "text/html");
+      const rows = [...document.querySelectorAll("#upstreams tbody tr")];
+      assertEquals(rows.length, 2, `rows in ${html.slice(0, 2000)}`);
+      const cells = rows.map((row) => [...row.querySelectorAll("td")].map((td) => td.textContent));
+      assertEquals(cells.map((c) => c[0]), fakes.map((f) => f.url));
+      assertEquals(cells.map((c) => c[1]), ["up", "up"]);
+      assertEquals(cells.map((c) => c[2]), ["3", "1"]); // waiting, from each upstream's /metrics
+      assertEquals(cells.map((c) => c[6]), ["2", "2"]); // routed
+      assertEquals(cells.map((c) => c[7]), ["2", "2"]); // completed
+      assertEquals(cells[0][8], "0.0 %");
+      assertMatch(cells[1][8], /^\d+\.\d %$/);
+      assert(cells[1][8] !== "0.0 %", "the second upstream's cached tokens do not show");
+      const counts = [...document.querySelectorAll("#requests tbody td")].map((td) => td.textContent);
+      assertEquals(counts.slice(0, 3), ["4", "0", "4"]); // received, in flight, completed
+      assertMatch(document.getElementById("ttft-p50")?.textContent ?? "", /^\d/);
+      assertMatch(document.getElementById("status")?.textContent ?? "", /^live/);
+      assertMatch(document.getElementById("policy")?.textContent ?? "", /round_robin/);
+    } finally {
+      await gateway.close(1000);
+      await Promise.all(fakes.map((f) => f.close()));
+    }
+  },
+});

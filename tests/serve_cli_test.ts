@@ -1,0 +1,424 @@
+/**
+ * @module
+ * `deno task serve` as a user runs it: the task's own `deno run` flags (read
+ * from deno.json) on scenarios/serve.ts, as a subprocess. Its printed
+ * addresses are parsed and talked to over 127.0.0.1 only; SIGTERM's graceful
+ * shutdown, a plugin overrunning its time, and bad input are checked from the
+ * outside (exit code, stderr, what HTTP clients see). Every child is killed in
+ * a `finally` and every wait is bounded.
+ */
+import { assert, assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
+import { messageLine } from "./_cli.ts";
+import { readSseData } from "../scenarios/wire/http.ts";
+import { parsePrometheus } from "../scenarios/wire/prometheus.ts";
+
+const ROOT = new URL("..", import.meta.url).pathname;
+const SLOW = new URL("./fixtures/serve_slow_decode.json", import.meta.url).pathname;
+const FAULTS = new URL("./fixtures/serve_faults.json", import.meta.url).pathname;
+const NEVER_RETURNS = new URL("./fixtures/plugin_never_returns.ts", import.meta.url).pathname;
+
+/** The serve task's `deno run …` arguments, exactly as deno.json has them. */
+const TASK_ARGS: readonly string[] = (() => {
+  const deno = JSON.parse(Deno.readTextFileSync(`${ROOT}deno.json`));
+  const words = String(deno.tasks.serve).trim().split(/\s+/);
+  assertEquals(words[0], "deno");
+  return words.slice(1);
+})();
+
+/** Wall ms a server may take to start and print its addresses. */
+const START_TIMEOUT_MS = 20_000;
+
+/** A running `deno task serve` and what it printed. */
+interface Served {
+  readonly child: Deno.ChildProcess;
+  /** "instance N: URL" lines' URLs, in order. */
+  readonly instances: readonly string[];
+  /** The "gateway: URL (...)" line's URL. */
+  readonly gateway: string | undefined;
+  /** stdout so far (whole once the child is gone). */
+  stdout(): string;
+  /** The whole stdout and stderr, once the child has exited. */
+  readonly output: Promise<{ stdout: string; stderr: string }>;
+}
+
+/** Spawns the serve task with `args`, without waiting for it to be ready. */
+function spawnServe(args: readonly string[]): {
+  child: Deno.ChildProcess;
+  stdout: () => string;
+  ready: Promise<void>;
+  output: Promise<{ stdout: string; stderr: string }>;
+} {
+  const child = new Deno.Command("deno", {
+    args: [...TASK_ARGS, ...args],
+    cwd: ROOT,
+    env: { INIT_CWD: ROOT },
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  let out = "";
+  const ready = Promise.withResolvers<void>();
+  const stdoutDone = (async () => {
+    for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+      out += chunk;
+      if (/^serving at speed .*\n/m.test(out)) ready.resolve();
+    }
+    ready.reject(new Error("stdout closed before the serving line"));
+    return out;
+  })();
+  const stderrDone = new Response(child.stderr).text();
+  const output = Promise.all([stdoutDone, stderrDone]).then(([stdout, stderr]) => ({ stdout, stderr }));
+  ready.promise.catch(() => {});
+  return { child, stdout: () => out, ready: ready.promise, output };
+}
+
+/** Starts the serve task and waits (bounded) for its "serving at speed" line. */
+async function startServe(...args: string[]): Promise<Served> {
+  const spawned = spawnServe(args);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    await Promise.race([
+      spawned.ready,
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error("serve did not start in time")), START_TIMEOUT_MS);
+      }),
+    ]);
+  } catch (error) {
+    await stop(spawned);
+    const { stdout, stderr } = await spawned.output;
+    throw new Error(`${(error as Error).message}\nstdout:\n${stdout}\nstderr:\n${stderr}`);
+  } finally {
+    clearTimeout(timer);
+  }
+  const text = spawned.stdout();
+  const instances = [...text.matchAll(/^instance (\d+): (\S+)$/gm)].map((m, i) => {
+    assertEquals(Number(m[1]), i, text);
+    return m[2];
+  });
+  const gateway = /^gateway: (\S+) \(.*\)$/m.exec(text)?.[1];
+  return { child: spawned.child, instances, gateway, stdout: spawned.stdout, output: spawned.output };
+}
+
+/** Kills the child if it still runs, and waits for it and its pipes. */
+async function stop(served: { child: Deno.ChildProcess; output: Promise<unknown> }): Promise<void> {
+  try {
+    served.child.kill("SIGKILL");
+  } catch { /* already gone */ }
+  await served.child.status;
+  await served.output;
+}
+
+/** Waits for the child's exit, at most `ms` wall ms; its status and the wall ms waited. */
+async function exitWithin(child: Deno.ChildProcess, ms: number): Promise<{ code: number; waitedMs: number }> {
+  const started = performance.now();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the process did not exit within ${ms} ms`)), ms);
+  });
+  try {
+    const status = await Promise.race([child.status, timeout]);
+    return { code: status.code, waitedMs: performance.now() - started };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** A POST of `body` as JSON to `url`, bounded by `timeoutMs`. */
+function post(url: string, body: unknown, timeoutMs = 10_000): Promise<Response> {
+  return fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+}
+
+/** GET `url`'s status, its body consumed. */
+async function getStatus(url: string): Promise<number> {
+  const response = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+  await response.body?.cancel();
+  return response.status;
+}
+
+/** A streamed completion of exactly `tokens` tokens (ignore_eos). */
+function streamBody(tokens: number) {
+  return { model: "sim", prompt: "a long story", max_tokens: tokens, ignore_eos: true, stream: true };
+}
+
+/** Polls `url` every 10 ms until it answers `status`; the wall ms that took (throws after `ms`). */
+async function untilStatus(url: string, status: number, ms: number): Promise<number> {
+  const started = performance.now();
+  for (;;) {
+    if (await getStatus(url) === status) return performance.now() - started;
+    if (performance.now() - started > ms) throw new Error(`${url} did not answer ${status} within ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+/** The stream's events after the first: texts, error events, and whether [DONE] came. */
+async function drainStream(events: AsyncGenerator<string>) {
+  let texts = 0, done = false;
+  const errors: unknown[] = [];
+  for await (const data of events) {
+    if (data === "[DONE]") {
+      done = true;
+      continue;
+    }
+    const event = JSON.parse(data);
+    if (event.error !== undefined) errors.push(event.error);
+    else if (typeof event.choices?.[0]?.text === "string" && event.choices[0].text !== "") texts++;
+  }
+  return { texts, done, errors };
+}
+
+Deno.test("serve starts N instances and a gateway; a completion through the gateway is routed", async () => {
+  const served = await startServe("--instances", "3");
+  try {
+    assertEquals(served.instances.length, 3, served.stdout());
+    for (const url of served.instances) assertMatch(url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    assert(served.gateway !== undefined, served.stdout());
+    assertMatch(served.gateway, /^http:\/\/127\.0\.0\.1:\d+$/);
+    assertMatch(served.stdout(), /^gateway: \S+ \(hybrid\(thr=1\), approximate cache view, 3 upstreams\)$/m);
+    assertEquals(await getStatus(`${served.gateway}/health`), 200);
+    for (const url of served.instances) assertEquals(await getStatus(`${url}/health`), 200);
+
+    const response = await post(`${served.gateway}/v1/completions`, {
+      model: "sim",
+      prompt: "hello over the wire",
+      max_tokens: 5,
+      ignore_eos: true,
+    });
+    const body = await response.json();
+    assertEquals(response.status, 200, JSON.stringify(body));
+    const routed = Number(response.headers.get("x-routed-to"));
+    assert(Number.isInteger(routed) && routed >= 0 && routed < 3, `x-routed-to ${routed}`);
+    assertEquals(body.object, "text_completion");
+    assertEquals(body.choices[0].finish_reason, "length");
+    assertEquals(body.usage.completion_tokens, 5);
+    assertEquals(body.usage.prompt_tokens, 4);
+
+    // The routed-to instance served it: its vLLM counters say so; the others saw nothing.
+    for (let i = 0; i < 3; i++) {
+      const metrics = await (await fetch(`${served.instances[i]}/metrics`)).text();
+      const success = parsePrometheus(metrics).filter((s) => s.name === "vllm:request_success_total")
+        .reduce((sum, s) => sum + s.value, 0);
+      assertEquals(success, i === routed ? 1 : 0, `instance ${i}`);
+    }
+
+    const chat = await post(`${served.gateway}/v1/chat/completions`, {
+      model: "sim",
+      messages: [{ role: "user", content: "hi" }],
+      max_tokens: 3,
+    });
+    const chatBody = await chat.json();
+    assertEquals(chat.status, 200, JSON.stringify(chatBody));
+    assertEquals(chatBody.object, "chat.completion");
+    assert(chat.headers.has("x-routed-to"));
+
+    served.child.kill("SIGTERM");
+    assertEquals((await exitWithin(served.child, 5_000)).code, 0);
+    assertStringIncludes((await served.output).stderr, "SIGTERM: stopped");
+  } finally {
+    await stop(served);
+  }
+});
+
+Deno.test("SIGTERM drains: /health 503 at once, new requests 503, the stream in flight finishes, exit 0", async () => {
+  const served = await startServe("--scenario", SLOW);
+  const client = new AbortController();
+  try {
+    const gateway = served.gateway!;
+    // 150 tokens at 10 simulated ms each, speed 1: about 1.5 s.
+    const stream = await fetch(`${gateway}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(streamBody(150)),
+      signal: client.signal,
+    });
+    assertEquals(stream.status, 200);
+    const events = readSseData(stream.body!);
+    const first = await events.next();
+    assert(!first.done && first.value !== "[DONE]", "the stream opened");
+
+    served.child.kill("SIGTERM");
+    const signalled = performance.now();
+    const healthMs = await untilStatus(`${gateway}/health`, 503, 500);
+    assert(healthMs < 500, `gateway /health took ${healthMs} ms to say 503`);
+    for (const url of served.instances) assertEquals(await getStatus(`${url}/health`), 503, url);
+    const refused = await post(`${gateway}/v1/completions`, { model: "sim", prompt: "late", max_tokens: 2 });
+    const refusedBody = await refused.json();
+    assertEquals(refused.status, 503, JSON.stringify(refusedBody));
+    assertEquals(refusedBody.error.type, "service_unavailable");
+    const direct = await post(`${served.instances[0]}/v1/completions`, { model: "sim", prompt: "late" });
+    await direct.body?.cancel();
+    assertEquals(direct.status, 503);
+
+    const rest = await drainStream(events);
+    assertEquals(rest.errors, []);
+    assert(rest.done, "the stream in flight ended with [DONE]");
+    assertEquals(rest.texts + 1, 150);
+    const { code } = await exitWithin(served.child, 5_000 - (performance.now() - signalled));
+    assertEquals(code, 0);
+    const stderr = (await served.output).stderr;
+    assertMatch(stderr, /^SIGTERM: stopped in \d+\.\d\d s; the simulated fleet's delivery lag/m);
+  } finally {
+    client.abort();
+    await stop(served);
+  }
+});
+
+Deno.test("SIGTERM with a stream that would outlast the grace: the process still exits within 5 s", async () => {
+  const served = await startServe("--scenario", SLOW);
+  const client = new AbortController();
+  try {
+    // 2000 tokens at 10 simulated ms each: 20 s, far past the 4.5 s grace.
+    const stream = await fetch(`${served.gateway}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(streamBody(2000)),
+      signal: client.signal,
+    });
+    assertEquals(stream.status, 200);
+    const events = readSseData(stream.body!);
+    assert(!(await events.next()).done);
+
+    served.child.kill("SIGTERM");
+    const signalled = performance.now();
+    const rest = await drainStream(events);
+    const endedMs = performance.now() - signalled;
+    const { code } = await exitWithin(served.child, 5_500 - (performance.now() - signalled));
+    const exitedMs = performance.now() - signalled;
+    assertEquals(code, 0);
+    assert(exitedMs < 5_000, `exited ${exitedMs.toFixed(0)} ms after SIGTERM`);
+    // Cut at the grace (4.5 s), not before: about 450 tokens of the 2000 went out.
+    assert(endedMs > 4_000 && endedMs < 5_000, `the stream ended ${endedMs.toFixed(0)} ms after SIGTERM`);
+    assert(rest.texts > 300 && rest.texts < 600, `${rest.texts} tokens`);
+    assert(!rest.done, "no [DONE] for a cut stream");
+    assertEquals(rest.errors.length, 1, "the cut stream ends with one error event");
+    assertStringIncludes((await served.output).stderr, "SIGTERM: stopped");
+  } finally {
+    client.abort();
+    await stop(served);
+  }
+});
+
+Deno.test("--no-gateway serves the instances only; --upstream fronts another process's instances", async () => {
+  const fleet = await startServe("--instances", "3", "--no-gateway");
+  try {
+    assertEquals(fleet.instances.length, 3);
+    assertEquals(fleet.gateway, undefined);
+    assert(!/gateway/.test(fleet.stdout()), fleet.stdout());
+
+    const upstreams = fleet.instances.slice(0, 2);
+    const front = await startServe("--upstream", upstreams.join(","), "--policy", "round_robin");
+    try {
+      assertEquals(front.instances, [], front.stdout());
+      assert(front.gateway !== undefined);
+      assertMatch(front.stdout(), /^gateway: \S+ \(round_robin, approximate cache view, 2 upstreams\)$/m);
+      const seen: number[] = [];
+      for (let k = 0; k < 4; k++) {
+        const response = await post(`${front.gateway}/v1/completions`, {
+          model: "sim",
+          prompt: `request ${k}`,
+          max_tokens: 2,
+        });
+        const body = await response.json();
+        assertEquals(response.status, 200, JSON.stringify(body));
+        seen.push(Number(response.headers.get("x-routed-to")));
+      }
+      assertEquals([...new Set(seen)].sort(), [0, 1], `round robin over both upstreams: ${seen}`);
+      // The two fronted instances served them, the third none.
+      const served = await Promise.all(fleet.instances.map(async (url) => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return parsePrometheus(text).filter((s) => s.name === "vllm:request_success_total")
+          .reduce((sum, s) => sum + s.value, 0);
+      }));
+      assertEquals(served[0] + served[1], 4, `${served}`);
+      assertEquals(served[2], 0);
+      front.child.kill("SIGTERM");
+      assertEquals((await exitWithin(front.child, 5_000)).code, 0);
+      const stderr = (await front.output).stderr;
+      assertMatch(stderr, /^SIGTERM: stopped in \d+\.\d\d s$/m);
+    } finally {
+      await stop(front);
+    }
+  } finally {
+    await stop(fleet);
+  }
+});
+
+Deno.test("a plugin that overruns --plugin-timeout-ms: the gateway exits 1 with one line", async () => {
+  const served = await startServe(
+    "--instances",
+    "2",
+    "--router",
+    NEVER_RETURNS,
+    "--plugin-timeout-ms",
+    "300",
+  );
+  try {
+    assertMatch(served.stdout(), /^gateway: \S+ \(plugin never_returns, /m);
+    const response = await post(`${served.gateway}/v1/completions`, { model: "sim", prompt: "x" }, 10_000)
+      .then(async (r) => {
+        await r.body?.cancel();
+        return r.status;
+      }, () => "no answer");
+    const { code } = await exitWithin(served.child, 10_000);
+    assertEquals(code, 1);
+    const line = messageLine((await served.output).stderr);
+    assertMatch(line, /^gateway: the router failed: /);
+    assertMatch(line, /plugin_timeout: plugin plugin_never_returns\.ts did not answer .* within 300 ms/);
+    assert(response === "no answer" || response === 503, `the client got ${response}`);
+  } finally {
+    await stop(served);
+  }
+});
+
+/** Runs the serve task to its end (bounded); exit code and the one stderr line. */
+async function serveFails(...args: string[]): Promise<{ code: number; line: string; stdout: string }> {
+  const spawned = spawnServe(args);
+  try {
+    const { code } = await exitWithin(spawned.child, 10_000);
+    const { stdout, stderr } = await spawned.output;
+    return { code, line: messageLine(stderr), stdout };
+  } finally {
+    await stop(spawned);
+  }
+}
+
+Deno.test("bad input exits 2 with one line naming the flag", async (t) => {
+  const cases: [string, string[], RegExp][] = [
+    ["--speed 0", ["--speed", "0"], /^error: --speed: .*"0"/],
+    ["--port -1", ["--port=-1"], /^error: --port: .*"-1"/],
+    ["--upstream not-a-url", ["--upstream", "not-a-url"], /^error: --upstream: "not-a-url" is not a URL/],
+    [
+      "--upstream with --no-gateway",
+      ["--upstream", "http://127.0.0.1:9", "--no-gateway"],
+      /^error: --upstream: .*--no-gateway/,
+    ],
+    [
+      "--instances with --upstream",
+      ["--instances", "2", "--upstream", "http://127.0.0.1:9"],
+      /^error: --instances: .*--upstream/,
+    ],
+    [
+      "a disaggregated fleet",
+      ["--model", "batching", "--prefill-instances", "1", "--decode-instances", "1"],
+      /^error: instances\.pools: .*disaggregated/,
+    ],
+    ["--faults", ["--faults", FAULTS], /^error: faults: /],
+    [
+      "--upstream to a host the task may not reach",
+      ["--upstream", "http://192.0.2.1:8000"],
+      /^error: .*192\.0\.2\.1.*--allow-net/,
+    ],
+  ];
+  for (const [name, args, expected] of cases) {
+    await t.step(name, async () => {
+      const { code, line, stdout } = await serveFails(...args);
+      assertEquals(code, 2, line);
+      assertMatch(line, expected);
+      assertEquals(stdout, "");
+    });
+  }
+});

@@ -1,0 +1,263 @@
+/**
+ * The simulated instances over HTTP (scenarios/wire/sim_server.ts), on
+ * loopback: OpenAI responses whole and streamed, prefix caching on real
+ * text, vLLM's metrics, errors, draining, and clients that go away.
+ */
+import { assert, assertEquals } from "@std/assert";
+import { type SimFleet, startSimFleet } from "../scenarios/wire/sim_server.ts";
+import { ChatChunk, CompletionChunk, CompletionResponse, ErrorBody } from "../scenarios/wire/openai.ts";
+import { readSseData } from "../scenarios/wire/http.ts";
+import { parsePrometheus } from "../scenarios/wire/prometheus.ts";
+import { systemWallTime } from "../scenarios/wall_time.ts";
+import { scenario } from "./_scenarios.ts";
+
+/** A lone 600-token prompt's first token comes at 21.0 ms on this engine (tests/_engine.ts). */
+const ENGINE = {
+  stepMs: 5,
+  prefillMsPerToken: 0.01,
+  decodeMsPerSeq: 0.1,
+  requestOverheadMs: 0,
+  blockTokens: 16,
+  kvBlocks: 1000,
+  maxBatchTokens: 256,
+  maxSeqs: 8,
+};
+
+async function withFleet(
+  speed: number,
+  test: (fleet: SimFleet) => Promise<void>,
+  overrides: Record<string, unknown> = {},
+): Promise<void> {
+  const config = scenario({
+    instances: { count: 2, model: "batching", engine: ENGINE },
+    workload: { outputTokens: { dist: "constant", value: 5 } },
+    ...overrides,
+  });
+  const fleet = await startSimFleet({
+    config,
+    speed,
+    host: "127.0.0.1",
+    servedModelName: "sim",
+    maxBodyBytes: 1 << 20,
+    maxModelLen: 4096,
+    wallTime: systemWallTime,
+  });
+  try {
+    await test(fleet);
+  } finally {
+    await fleet.close(1000);
+  }
+}
+
+function words(n: number, tag: string): string {
+  return Array.from({ length: n }, (_, i) => `${tag}${i}`).join(" ");
+}
+
+function post(url: string, path: string, body: unknown): Promise<Response> {
+  return fetch(`${url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: typeof body === "string" ? body : JSON.stringify(body),
+  });
+}
+
+Deno.test("a completion: OpenAI's shape, max_tokens honoured with ignore_eos, usage, the instance header", async () => {
+  await withFleet(20, async (fleet) => {
+    const response = await post(fleet.urls[1], "/v1/completions", {
+      model: "sim",
+      prompt: words(100, "a"),
+      max_tokens: 7,
+      ignore_eos: true,
+      temperature: 0.7,
+      user: "someone",
+    });
+    assertEquals(response.status, 200);
+    assertEquals(response.headers.get("x-sim-instance"), "1");
+    const body = CompletionResponse.parse(await response.json());
+    assertEquals(body.usage.prompt_tokens, 100);
+    assertEquals(body.usage.completion_tokens, 7);
+    assertEquals(body.choices[0].finish_reason, "length");
+  });
+});
+
+Deno.test("without ignore_eos the model stops at the workload's length (5), before max_tokens", async () => {
+  await withFleet(20, async (fleet) => {
+    const body = CompletionResponse.parse(
+      await (await post(fleet.urls[0], "/v1/completions", {
+        model: "sim",
+        prompt: "hello there",
+        max_tokens: 50,
+      }))
+        .json(),
+    );
+    assertEquals(body.usage.completion_tokens, 5);
+    assertEquals(body.choices[0].finish_reason, "stop");
+    const short = CompletionResponse.parse(
+      await (await post(fleet.urls[0], "/v1/completions", {
+        model: "sim",
+        prompt: "hello there",
+        max_tokens: 2,
+      }))
+        .json(),
+    );
+    assertEquals(short.usage.completion_tokens, 2);
+    assertEquals(short.choices[0].finish_reason, "length");
+  });
+});
+
+Deno.test("a streamed chat: role first, one chunk per token, finish reason last, usage, [DONE]", async () => {
+  await withFleet(10, async (fleet) => {
+    const response = await post(fleet.urls[0], "/v1/chat/completions", {
+      model: "sim",
+      messages: [{ role: "system", content: "be brief" }, { role: "user", content: words(300, "q") }],
+      max_tokens: 12,
+      ignore_eos: true,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    assertEquals(response.status, 200);
+    assert(response.headers.get("content-type")?.startsWith("text/event-stream"));
+    const events: string[] = [];
+    for await (const data of readSseData(response.body!)) events.push(data);
+    assertEquals(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((e) => ChatChunk.parse(JSON.parse(e)));
+    assertEquals(chunks[0].choices[0].delta.role, "assistant");
+    const content = chunks.filter((c) => c.choices.length > 0 && (c.choices[0].delta.content ?? "") !== "");
+    assertEquals(content.length, 12);
+    assertEquals(content.at(-1)!.choices[0].finish_reason, "length");
+    const usage = chunks.at(-1)!;
+    assertEquals(usage.choices.length, 0);
+    assertEquals(usage.usage?.completion_tokens, 12);
+  });
+});
+
+Deno.test("streamed tokens keep simulated time: first token at the engine's 21 ms, then one per step", async () => {
+  await withFleet(1, async (fleet) => {
+    const sent = performance.now();
+    const response = await post(fleet.urls[0], "/v1/completions", {
+      model: "sim",
+      prompt: words(600, "t"),
+      max_tokens: 10,
+      ignore_eos: true,
+      stream: true,
+    });
+    const times: number[] = [];
+    for await (const data of readSseData(response.body!)) {
+      if (data !== "[DONE]" && CompletionChunk.parse(JSON.parse(data)).choices[0]?.text) {
+        times.push(performance.now() - sent);
+      }
+    }
+    assertEquals(times.length, 10);
+    // Never early; late by HTTP and timer overheads only.
+    assert(times[0] >= 20 && times[0] < 21 + 60, `first token after ${times[0].toFixed(1)} ms`);
+    // Nine decode steps of 5.1 ms each after the first token.
+    const decode = times[9] - times[0];
+    assert(decode >= 9 * 5.1 - 5 && decode < 9 * 5.1 + 60, `decode took ${decode.toFixed(1)} ms`);
+  });
+});
+
+Deno.test("prefix caching works on text: the same prompt again is mostly cached, and /metrics counts it", async () => {
+  await withFleet(20, async (fleet) => {
+    const prompt = words(500, "p");
+    const first = CompletionResponse.parse(
+      await (await post(fleet.urls[0], "/v1/completions", { model: "sim", prompt, max_tokens: 3 })).json(),
+    );
+    const second = CompletionResponse.parse(
+      await (await post(fleet.urls[0], "/v1/completions", { model: "sim", prompt, max_tokens: 3 })).json(),
+    );
+    assertEquals(first.usage.prompt_tokens_details?.cached_tokens, 0);
+    // Every full block but the one holding the last token: 31 blocks of 16.
+    assertEquals(second.usage.prompt_tokens_details?.cached_tokens, 496);
+    const samples = parsePrometheus(await (await fetch(`${fleet.urls[0]}/metrics`)).text());
+    const value = (name: string) => samples.find((s) => s.name === name)?.value;
+    assertEquals(value("vllm:prefix_cache_queries_total"), 1000);
+    assertEquals(value("vllm:prefix_cache_hits_total"), 496);
+    assertEquals(value("vllm:num_requests_running"), 0);
+    assertEquals(value("vllm:num_requests_waiting"), 0);
+    assert(
+      value("vllm:kv_cache_usage_perc") !== undefined && value("vllm:gpu_cache_usage_perc") !== undefined,
+    );
+    assertEquals(samples.find((s) => s.name === "vllm:time_to_first_token_seconds_count")?.value, 2);
+  });
+});
+
+Deno.test("errors are OpenAI's: unknown model 404, bad JSON and unknown fields 400, too long 400, 405, 404", async () => {
+  await withFleet(20, async (fleet) => {
+    const url = fleet.urls[0];
+    const check = async (response: Response, status: number, param?: string | null) => {
+      assertEquals(response.status, status);
+      const body = ErrorBody.parse(await response.json());
+      if (param !== undefined) assertEquals(body.error.param, param);
+      return body;
+    };
+    const missing = await check(
+      await post(url, "/v1/completions", { model: "gpt-4", prompt: "x" }),
+      404,
+      "model",
+    );
+    assertEquals(missing.error.code, "model_not_found");
+    await check(await post(url, "/v1/completions", "{not json"), 400);
+    await check(
+      await post(url, "/v1/completions", { model: "sim", prompt: "x", frobnicate: 1 }),
+      400,
+      "frobnicate",
+    );
+    await check(
+      await post(url, "/v1/completions", { model: "sim", prompt: "x", max_tokens: "many" }),
+      400,
+      "max_tokens",
+    );
+    await check(
+      await post(url, "/v1/completions", { model: "sim", prompt: words(4000, "w"), max_tokens: 200 }),
+      400,
+      "max_tokens",
+    );
+    await check(await fetch(`${url}/v1/completions`), 405);
+    await check(await fetch(`${url}/nope`), 404);
+    const models = await (await fetch(`${url}/v1/models`)).json();
+    assertEquals(models.data[0].id, "sim");
+  });
+});
+
+Deno.test("draining: /health and new requests answer 503 at once, requests in flight finish", async () => {
+  await withFleet(2, async (fleet) => {
+    assertEquals((await fetch(`${fleet.urls[0]}/health`)).status, 200);
+    const inFlight = post(fleet.urls[0], "/v1/completions", {
+      model: "sim",
+      prompt: words(200, "d"),
+      max_tokens: 20,
+      ignore_eos: true,
+    });
+    await new Promise((resolve) => setTimeout(resolve, 5));
+    fleet.drain();
+    const health = await fetch(`${fleet.urls[0]}/health`);
+    assertEquals(health.status, 503);
+    await health.body?.cancel();
+    const refused = await post(fleet.urls[0], "/v1/completions", { model: "sim", prompt: "late" });
+    assertEquals(refused.status, 503);
+    await refused.body?.cancel();
+    const done = await inFlight;
+    assertEquals(done.status, 200);
+    assertEquals(CompletionResponse.parse(await done.json()).usage.completion_tokens, 20);
+  });
+});
+
+Deno.test("a client that goes away mid-stream leaves nothing behind", async () => {
+  await withFleet(5, async (fleet) => {
+    const response = await post(fleet.urls[0], "/v1/completions", {
+      model: "sim",
+      prompt: words(100, "g"),
+      max_tokens: 40,
+      ignore_eos: true,
+      stream: true,
+    });
+    const reader = response.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    assertEquals(fleet.inFlight(), 1);
+    // The engine finishes the request (no abort is modelled), then forgets it.
+    const deadline = performance.now() + 2000;
+    while (fleet.inFlight() > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    assertEquals(fleet.inFlight(), 0);
+  });
+});
