@@ -198,8 +198,6 @@ export class BatchingInstance extends InstanceActor<Own> {
   readonly #lastReported = new Float64Array(7).fill(NaN);
   #waitingPromptTokens = 0;
   #busyMs = 0;
-  /** The duration of the step started last, ms (a first token's estimate of the time per further token). */
-  #lastStepMs = 0;
   #preemptions = 0;
   #steps = 0;
   #kvBlockMs = 0;
@@ -599,7 +597,6 @@ export class BatchingInstance extends InstanceActor<Own> {
     const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding) *
       this.#slowdown;
     this.#busyMs += stepMs;
-    this.#lastStepMs = stepMs;
     const stretch = this.#coalesce && prefillTokens === 0 && decoding === running.length &&
       this.waiting === 0 &&
       this.#planStretch(stepMs, ctx);
@@ -829,7 +826,7 @@ export class BatchingInstance extends InstanceActor<Own> {
         const fresh = seq.firstTokenMs < 0;
         this.#advance(seq, now);
         if (fresh && seq.firstTokenMs >= 0) {
-          this.firstToken(seq.request.id, this.#options.requestOverheadMs, this.#lastStepMs, ctx);
+          this.firstToken(seq.request.id, this.#options.requestOverheadMs, this.#decodeStepMs(), ctx);
         }
       }
       seq.chunk = 0;
@@ -840,6 +837,12 @@ export class BatchingInstance extends InstanceActor<Own> {
     running.length = kept;
     this.#startStep(ctx);
     this.#report(ctx, false);
+  }
+
+  /** A decode step of the running batch, ms: a first token's estimate of the time each further token takes. */
+  #decodeStepMs(): number {
+    const o = this.#options;
+    return (o.stepMs + o.decodeMsPerSeq * this.#running.length) * this.#slowdown;
   }
 
   #advance(seq: Sequence, now: number): void {

@@ -75,6 +75,9 @@ type ServeFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
 /** Wall ms the shutdown gives requests in flight: the process exits within 5 s of SIGTERM. */
 const GRACE_MS = 4500;
 
+/** Wall ms after the signal when the process exits whatever is still open. */
+const EXIT_DEADLINE_MS = 4800;
+
 /** A flag's number: finite, > 0 (or ≥ 0 with `zero`), whole with `integer`. */
 function numberFlag(
   values: ServeFlags,
@@ -162,6 +165,7 @@ async function serveSettings(values: ServeFlags) {
     host: values.host ?? "127.0.0.1",
     port: numberFlag(values, "port", 0, { integer: true, zero: true }),
     servedModelName: values["served-model-name"] ?? "sim",
+    servedModelNameGiven: values["served-model-name"] !== undefined,
     maxModelLen: numberFlag(values, "max-model-len", 32768, { integer: true }),
     maxBodyBytes: numberFlag(values, "max-body-bytes", DEFAULT_MAX_BODY_BYTES, { integer: true }),
     scrapeMs: numberFlag(values, "scrape-ms", 200),
@@ -183,6 +187,8 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
     maxBodyBytes: settings.maxBodyBytes,
     scrapeMs: settings.scrapeMs,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
+    // Named on the command line: the gateway itself answers 404 for other models (real upstreams may serve several).
+    ...(settings.servedModelNameGiven && { servedModelName: settings.servedModelName }),
     plugin: plugin && {
       url: plugin.url,
       name: plugin.name,
@@ -197,31 +203,48 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
   });
 }
 
-/** Waits for SIGTERM or SIGINT, then shuts down gracefully and says what was served. */
+/** Waits for SIGTERM or SIGINT, then shuts down gracefully and says what was served; a second signal exits at once. */
 async function serveUntilSignal(fleet: SimFleet | undefined, gateway: Gateway | undefined): Promise<void> {
   const signal = Promise.withResolvers<string>();
-  const onTerm = () => signal.resolve("SIGTERM");
-  const onInt = () => signal.resolve("SIGINT");
-  Deno.addSignalListener("SIGTERM", onTerm);
-  Deno.addSignalListener("SIGINT", onInt);
+  let stopping = false;
+  const listeners = (["SIGTERM", "SIGINT"] as const).map((name) => {
+    const listener = () => {
+      if (stopping) Deno.exit(name === "SIGINT" ? 130 : 143); // asked twice: now
+      stopping = true;
+      signal.resolve(name);
+    };
+    Deno.addSignalListener(name, listener);
+    return [name, listener] as const;
+  });
   const name = await signal.promise;
   const started = performance.now();
+  const stopped = () => {
+    const lag = fleet?.lagStats();
+    console.error(
+      `${name}: stopped in ${((performance.now() - started) / 1000).toFixed(2)} s` +
+        (lag
+          ? `; the simulated fleet's delivery lag p50 ${lag.p50Ms.toFixed(1)} ms, p99 ${
+            lag.p99Ms.toFixed(1)
+          } ms, ` +
+            `max ${lag.maxMs.toFixed(1)} ms over ${lag.deliveries} deliveries`
+          : ""),
+    );
+  };
+  // Whatever a client still holds open (a stalled upload…), the process is gone within 5 s.
+  let done = false;
+  const deadline = setTimeout(() => {
+    if (!done) stopped();
+    Deno.exit(0);
+  }, EXIT_DEADLINE_MS);
+  Deno.unrefTimer(deadline); // it ends a process that would not end, and keeps none alive
   // /health says 503 everywhere at once; then the gateway lets its streams finish, then the instances.
   gateway?.drain();
   fleet?.drain();
   await gateway?.close(GRACE_MS);
   await fleet?.close(Math.max(0, GRACE_MS - (performance.now() - started)));
-  Deno.removeSignalListener("SIGTERM", onTerm);
-  Deno.removeSignalListener("SIGINT", onInt);
-  const lag = fleet?.lagStats();
-  console.error(
-    `${name}: stopped in ${((performance.now() - started) / 1000).toFixed(2)} s` +
-      (lag
-        ? `; the simulated fleet's delivery lag p50 ${lag.p50Ms.toFixed(1)} ms, p99 ${
-          lag.p99Ms.toFixed(1)
-        } ms, max ${lag.maxMs.toFixed(1)} ms over ${lag.deliveries} deliveries`
-        : ""),
-  );
+  for (const [signalName, listener] of listeners) Deno.removeSignalListener(signalName, listener);
+  stopped();
+  done = true;
 }
 
 if (import.meta.main) {

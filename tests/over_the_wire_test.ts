@@ -4,13 +4,12 @@
  * the same scenario; and an upstream killed mid-run.
  */
 import { assert, assertEquals } from "@std/assert";
-import { startSimFleet } from "../scenarios/wire/sim_server.ts";
-import { startGateway } from "../scenarios/wire/gateway.ts";
 import { runLoad } from "../scenarios/wire/load_generator.ts";
 import { runScenario } from "../scenarios/run_scenario.ts";
 import { systemWallTime } from "../scenarios/wall_time.ts";
 import type { SimulationConfig } from "../actors/topology.ts";
 import { scenario } from "./_scenarios.ts";
+import { gateway, simFleet } from "./_wire.ts";
 
 /**
  * 300 requests at 40/s of simulated time over 4 batching instances (a 70B
@@ -37,29 +36,13 @@ function wireScenario(overrides: Record<string, unknown> = {}): SimulationConfig
 
 /** A fleet of the scenario's instances and a gateway scraping them every 200 ms of simulated time. */
 async function fleetAndGateway(config: SimulationConfig, speed: number) {
-  const fleet = await startSimFleet({
-    config,
-    speed,
-    host: "127.0.0.1",
-    servedModelName: "sim",
-    maxBodyBytes: 1 << 20,
-    maxModelLen: 32768,
-    wallTime: systemWallTime,
-  });
+  const fleet = await simFleet(config, speed);
   const fatal: string[] = [];
-  const gateway = await startGateway({
-    config,
-    upstreams: fleet.urls,
-    host: "127.0.0.1",
-    port: 0,
-    speed,
-    wallTime: systemWallTime,
-    maxBodyBytes: 1 << 20,
+  const front = await gateway(config, fleet.urls, speed, {
     scrapeMs: 200 / speed,
-    upstreamTimeoutMs: 10_000,
     onFatal: (line) => fatal.push(line),
   });
-  return { fleet, gateway, fatal };
+  return { fleet, gateway: front, fatal };
 }
 
 Deno.test("gateway + 4 simulated instances + load generator agree with deno task run", async () => {
@@ -100,29 +83,15 @@ Deno.test("an upstream killed mid-run: its requests are retried or fail with an 
     workload: { requests: 160, ratePerSec: 40, outputTokens: { dist: "constant", value: 40 } },
   });
   const speed = 2;
-  const { fleet, gateway } = await fleetAndGateway(config, speed);
+  const { fleet, gateway: front } = await fleetAndGateway(config, speed);
   // A second fleet of one instance, killed (closed at once, streams cut) mid-run.
-  const victim = await startSimFleet({
-    config: { ...config, instances: { ...config.instances, count: 1 } },
+  const victim = await simFleet({ ...config, instances: { ...config.instances, count: 1 } }, speed);
+  const mixed = await gateway(
+    { ...config, policy: { name: "round_robin" } },
+    [...fleet.urls.slice(0, 2), victim.urls[0]],
     speed,
-    host: "127.0.0.1",
-    servedModelName: "sim",
-    maxBodyBytes: 1 << 20,
-    maxModelLen: 32768,
-    wallTime: systemWallTime,
-  });
-  const mixed = await startGateway({
-    config: { ...config, policy: { name: "round_robin" } },
-    upstreams: [...fleet.urls.slice(0, 2), victim.urls[0]],
-    host: "127.0.0.1",
-    port: 0,
-    speed,
-    wallTime: systemWallTime,
-    maxBodyBytes: 1 << 20,
-    scrapeMs: 100,
-    upstreamTimeoutMs: 5_000,
-    onFatal: () => {},
-  });
+    { upstreamTimeoutMs: 5_000 },
+  );
   try {
     const killer = setTimeout(() => victim.close(0), 1000);
     const result = await runLoad({
@@ -143,8 +112,36 @@ Deno.test("an upstream killed mid-run: its requests are retried or fail with an 
     assertEquals(result.load.failedBy["timeout"] ?? 0, 0);
   } finally {
     await mixed.close(1000);
-    await gateway.close(1000);
+    await front.close(1000);
     await fleet.close(1000);
     await victim.close(0);
+  }
+});
+
+Deno.test("an instance's full queue reaches the client as its 503 queue_full: a drop, not retried, not held against it", async () => {
+  const config = scenario({
+    policy: { name: "round_robin" },
+    instances: { count: 2, overheadMs: 50, decodeMsPerToken: 1, maxQueue: 1 },
+  });
+  const fleet = await simFleet(config, 1);
+  const front = await gateway(config, fleet.urls, 1);
+  try {
+    const answers = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        fetch(`${front.url}/v1/completions`, {
+          method: "POST",
+          body: JSON.stringify({ model: "sim", prompt: `burst ${i}`, max_tokens: 4, ignore_eos: true }),
+        }).then(async (r) => ({ status: r.status, body: await r.json() }))),
+    );
+    const full = answers.filter((a) => a.status === 503);
+    assertEquals(answers.filter((a) => a.status !== 200 && a.status !== 503), []);
+    assert(full.length >= 4, `${full.length} of 12 refused with a queue of 1 on 2 instances`);
+    for (const a of full) assertEquals(a.body.error.code, "queue_full");
+    const metrics = await (await fetch(`${front.url}/metrics`)).text();
+    assert(/^gateway_retries_total 0(\.0)?$/m.test(metrics), "a full queue is not retried");
+    assertEquals(metrics.match(/^gateway_upstream_up\{[^}]*\} 1(\.0)?$/gm)?.length, 2);
+  } finally {
+    await front.close(1000);
+    await fleet.close(1000);
   }
 });

@@ -302,6 +302,31 @@ Deno.test("SIGTERM with a stream that would outlast the grace: the process still
   }
 });
 
+Deno.test("SIGTERM while a client has stalled mid-body, on the gateway and on an instance: exit within 5 s", async () => {
+  const served = await startServe("--instances", "1");
+  const stalled: Deno.TcpConn[] = [];
+  try {
+    for (const url of [served.gateway!, served.instances[0]]) {
+      const { port } = new URL(url);
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(port) });
+      await conn.write(new TextEncoder().encode(
+        `POST /v1/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n` +
+          `content-length: 100\r\n\r\n{"model":`,
+      ));
+      stalled.push(conn);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    served.child.kill("SIGTERM");
+    const { code, waitedMs } = await exitWithin(served.child, 5_000);
+    assertEquals(code, 0);
+    assert(waitedMs < 5_000, `exited after ${waitedMs.toFixed(0)} ms`);
+    assertStringIncludes((await served.output).stderr, "SIGTERM: stopped");
+  } finally {
+    for (const conn of stalled) conn.close();
+    await stop(served);
+  }
+});
+
 Deno.test("--no-gateway serves the instances only; --upstream fronts another process's instances", async () => {
   const fleet = await startServe("--instances", "3", "--no-gateway");
   try {

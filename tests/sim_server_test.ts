@@ -4,24 +4,16 @@
  * text, vLLM's metrics, errors, draining, and clients that go away.
  */
 import { assert, assertEquals } from "@std/assert";
-import { type SimFleet, startSimFleet } from "../scenarios/wire/sim_server.ts";
+import type { SimFleet } from "../scenarios/wire/sim_server.ts";
 import { ChatChunk, CompletionChunk, CompletionResponse, ErrorBody } from "../scenarios/wire/openai.ts";
 import { readSseData } from "../scenarios/wire/http.ts";
 import { parsePrometheus } from "../scenarios/wire/prometheus.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
 import { scenario } from "./_scenarios.ts";
+import { SMALL_ENGINE } from "./_engine.ts";
+import { simFleet } from "./_wire.ts";
 
-/** A lone 600-token prompt's first token comes at 21.0 ms on this engine (tests/_engine.ts). */
-const ENGINE = {
-  stepMs: 5,
-  prefillMsPerToken: 0.01,
-  decodeMsPerSeq: 0.1,
-  requestOverheadMs: 0,
-  blockTokens: 16,
-  kvBlocks: 1000,
-  maxBatchTokens: 256,
-  maxSeqs: 8,
-};
+/** A lone 600-token prompt's first token comes at 21.0 ms on this engine, then a decode step every 5.1 ms. */
+const { maxQueue: _, ...ENGINE } = SMALL_ENGINE;
 
 async function withFleet(
   speed: number,
@@ -33,15 +25,7 @@ async function withFleet(
     workload: { outputTokens: { dist: "constant", value: 5 } },
     ...overrides,
   });
-  const fleet = await startSimFleet({
-    config,
-    speed,
-    host: "127.0.0.1",
-    servedModelName: "sim",
-    maxBodyBytes: 1 << 20,
-    maxModelLen: 4096,
-    wallTime: systemWallTime,
-  });
+  const fleet = await simFleet(config, speed, { maxModelLen: 4096 });
   try {
     await test(fleet);
   } finally {
@@ -259,5 +243,58 @@ Deno.test("a client that goes away mid-stream leaves nothing behind", async () =
     const deadline = performance.now() + 2000;
     while (fleet.inFlight() > 0 && performance.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     assertEquals(fleet.inFlight(), 0);
+  });
+});
+
+Deno.test("a request an engine finishes at once still gets its answer, whole or streamed (role chunk first)", async () => {
+  // A free FIFO engine: prefill and decode take no time, so serving delivers the completion at once.
+  const free = { instances: { count: 1, overheadMs: 0, prefillMsPerToken: 0, decodeMsPerToken: 0 } };
+  await withFleet(1000, async (fleet) => {
+    const whole = await post(fleet.urls[0], "/v1/completions", {
+      model: "sim",
+      prompt: "now",
+      max_tokens: 3,
+    });
+    assertEquals(CompletionResponse.parse(await whole.json()).usage.completion_tokens, 3);
+    const streamed = await post(fleet.urls[0], "/v1/chat/completions", {
+      model: "sim",
+      messages: [{ role: "user", content: "now" }],
+      max_tokens: 3,
+      ignore_eos: true,
+      stream: true,
+    });
+    const events: string[] = [];
+    for await (const data of readSseData(streamed.body!)) events.push(data);
+    assertEquals(events.at(-1), "[DONE]");
+    const chunks = events.slice(0, -1).map((e) => ChatChunk.parse(JSON.parse(e)));
+    assertEquals(chunks[0].choices[0].delta.role, "assistant");
+    assertEquals(chunks.filter((c) => (c.choices[0]?.delta.content ?? "") !== "").length, 3);
+    assertEquals(fleet.inFlight(), 0);
+  }, free);
+});
+
+Deno.test("batching tokens are paced one decode step apart, not bunched at the end", async () => {
+  await withFleet(1, async (fleet) => {
+    // A 2,000-token prompt prefills over eight steps; its tokens then come a 5.1 ms decode step apart.
+    const response = await post(fleet.urls[0], "/v1/completions", {
+      model: "sim",
+      prompt: words(2000, "s"),
+      max_tokens: 30,
+      ignore_eos: true,
+      stream: true,
+    });
+    const times: number[] = [];
+    for await (const data of readSseData(response.body!)) {
+      if (data !== "[DONE]" && CompletionChunk.parse(JSON.parse(data)).choices[0]?.text) {
+        times.push(performance.now());
+      }
+    }
+    assertEquals(times.length, 30);
+    const gaps = times.slice(1).map((t, i) => t - times[i]);
+    const sorted = [...gaps].sort((a, b) => a - b);
+    const median = sorted[Math.floor(sorted.length / 2)];
+    assert(median > 3.5 && median < 8, `median gap ${median.toFixed(2)} ms`);
+    const bunched = gaps.filter((g) => g < 1).length;
+    assert(bunched <= 4, `${bunched} of 29 tokens came less than 1 ms after the one before`);
   });
 });

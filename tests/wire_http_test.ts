@@ -237,3 +237,22 @@ Deno.test("over HTTP: a 2 MiB upload to a 1 MiB limit gets a 413 OpenAI error", 
     await server.shutdown();
   }
 });
+
+Deno.test("readJsonBody: a body that stalls is a 408 after the timeout, and its stream is cancelled", async () => {
+  let cancelled = false;
+  const body = new ReadableStream<Uint8Array>({
+    start(controller) {
+      controller.enqueue(new TextEncoder().encode('{"model":'));
+    },
+    cancel() {
+      cancelled = true;
+    },
+  });
+  const request = new Request("http://127.0.0.1/v1/completions", { method: "POST", body });
+  const started = performance.now();
+  const error = await readJsonBody(request, 1 << 20, 50).then(() => undefined, (e) => e);
+  assert(error instanceof OpenAIError, String(error));
+  assertEquals(error.status, 408);
+  assert(performance.now() - started < 1000);
+  assert(cancelled);
+});

@@ -109,7 +109,8 @@ export class LiveRuntime {
    * Sends `message` to `to` from outside, stamped `atMs` (default
    * {@linkcode LiveRuntime.nowMs}: what a caller that stamps the message
    * itself reads first), and delivers everything due — this message
-   * included — before returning.
+   * included — before returning. (Injected from inside a delivery, by a host
+   * callback an actor called, it is delivered by the pacer's next turn.)
    * @throws {RangeError} when the runtime is not started, or `atMs` is before the kernel's now.
    */
   inject<M extends Message>(to: ActorRef<M>, message: M, atMs: number = this.nowMs()): void {

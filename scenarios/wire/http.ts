@@ -16,9 +16,11 @@ function tooLarge(maxBytes: number): OpenAIError {
   });
 }
 
-/** Reads `body` whole, refusing (and cancelling the rest) once it passes `maxBytes`. */
-async function readBounded(body: ReadableStream<Uint8Array>, maxBytes: number): Promise<Uint8Array> {
-  const reader = body.getReader();
+/** Reads `reader`'s stream whole, refusing (and cancelling the rest) once it passes `maxBytes`. */
+async function readBounded(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  maxBytes: number,
+): Promise<Uint8Array> {
   const chunks: Uint8Array[] = [];
   let length = 0;
   try {
@@ -33,6 +35,7 @@ async function readBounded(body: ReadableStream<Uint8Array>, maxBytes: number): 
       chunks.push(value);
     }
   } finally {
+    // A cancelled read (a timeout) still holds the lock here: nothing is left to read.
     reader.releaseLock();
   }
   const bytes = new Uint8Array(length);
@@ -44,22 +47,58 @@ async function readBounded(body: ReadableStream<Uint8Array>, maxBytes: number): 
   return bytes;
 }
 
+/** Wall ms a client may take to send its whole body: a stalled upload must not hold a handler (and a shutdown) forever. */
+export const BODY_TIMEOUT_MS = 30_000;
+
+/** The body, within `timeoutMs` (else 408), and a client that goes away mid-body as a 400 (nobody reads it). */
+async function readWithin(
+  body: ReadableStream<Uint8Array>,
+  maxBytes: number,
+  timeoutMs: number,
+): Promise<Uint8Array> {
+  const reader = body.getReader();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      reader.cancel().catch(() => {});
+      reject(
+        new OpenAIError(408, `The request body did not arrive within ${timeoutMs} ms.`, { code: "timeout" }),
+      );
+    }, timeoutMs);
+  });
+  try {
+    return await Promise.race([readBounded(reader, maxBytes), expired]);
+  } catch (error) {
+    if (error instanceof OpenAIError) throw error;
+    throw new OpenAIError(400, `The request body could not be read: ${(error as Error)?.message ?? error}`);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /**
  * A request's JSON object body, read as a stream and never buffered past
  * `maxBytes` (+ one chunk): a `Content-Length` over the limit is refused
  * before reading.
  *
- * @throws {OpenAIError} 413 (`request_too_large`) past the limit; 400
+ * @throws {OpenAIError} 413 (`request_too_large`) past the limit; 408 when
+ *   it takes longer than `timeoutMs` to arrive; 400
  *   "Invalid JSON body: …" for bytes that are not UTF-8 JSON, or JSON that is
  *   not an object.
  */
-export async function readJsonBody(request: Request, maxBytes: number): Promise<Record<string, unknown>> {
+export async function readJsonBody(
+  request: Request,
+  maxBytes: number,
+  timeoutMs: number = BODY_TIMEOUT_MS,
+): Promise<Record<string, unknown>> {
   const declared = request.headers.get("content-length");
   if (declared !== null && Number(declared) > maxBytes) {
     await request.body?.cancel().catch(() => {});
     throw tooLarge(maxBytes);
   }
-  const bytes = request.body === null ? new Uint8Array() : await readBounded(request.body, maxBytes);
+  const bytes = request.body === null
+    ? new Uint8Array()
+    : await readWithin(request.body, maxBytes, timeoutMs);
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);

@@ -113,9 +113,15 @@ export interface LoadStats {
  * `"remote"`: the client cannot see the router), with null for what a client
  * cannot measure, plus `load`.
  */
-export interface LoadResult extends Omit<RunReport, "preemptions" | "messages"> {
+export interface LoadResult
+  extends Omit<RunReport, "preemptions" | "messages" | "retried" | "requestsAffected" | "recovery"> {
   /** A client sees no preemption. */
   readonly preemptions: null;
+  /** Nor the retries behind the server (a gateway's): null. */
+  readonly retried: null;
+  readonly requestsAffected: null;
+  /** Nor when a fault started, which the recovery figures are measured from: null. */
+  readonly recovery: null;
   /** No kernel delivers messages here. */
   readonly messages: null;
   readonly load: LoadStats;
@@ -561,6 +567,9 @@ function clientUnmeasured(load: LoadStats) {
     hostTokenHitRate: null,
     kvUtilizationMean: null,
     preemptions: null,
+    retried: null,
+    requestsAffected: null,
+    recovery: null,
     instanceSeconds: null,
     peakInstances: null,
     ...(load.cachedTokensMissing > 0 && { hitRate: null, tokenHitRate: null }),

@@ -26,6 +26,7 @@ import type {
   FirstToken,
   InstanceStatus,
   MetricsCommand,
+  Request as SimRequest,
   ServeCommand,
 } from "../../actors/protocol.ts";
 import type { ActorRef, Message } from "../../actors/runtime/kernel.ts";
@@ -90,6 +91,10 @@ export interface SimFleet {
 interface Pending {
   readonly id: number;
   readonly instance: number;
+  /** The simulator's request. */
+  readonly request: SimRequest;
+  /** Being served right now (a refusal then is answered by the caller, with a status code). */
+  admitting: boolean;
   readonly parsed: ParsedRequest;
   readonly promptTokens: number;
   readonly outputTokens: number;
@@ -236,7 +241,11 @@ class Fleet implements SimFleet, ClientSink {
           )
           : new Response(null, { status: 200, headers });
       case "/v1/models":
-        return jsonResponse(200, modelsBody(this.#options.servedModelName, nowSeconds()), headers);
+        return jsonResponse(
+          200,
+          modelsBody(this.#options.servedModelName, nowSeconds(), this.#options.maxModelLen),
+          headers,
+        );
       case "/metrics":
         return new Response(this.#metricsText(instance), {
           headers: { ...headers, "content-type": "text/plain; version=0.0.4; charset=utf-8" },
@@ -270,23 +279,31 @@ class Fleet implements SimFleet, ClientSink {
         code: "model_not_found",
       });
     }
-    const pending = this.#admit(instance, parsed);
-    if (pending.dropped !== undefined) throw dropError(pending.dropped, pending, this.#options.maxModelLen);
+    const pending = this.#prepare(instance, parsed);
+    // The client's end is attached before the request is served: serving delivers everything
+    // already due, which at a high speed (or a free engine) may be its first token or its completion.
+    let answer: Promise<Response> | Response;
     if (parsed.stream) {
-      const sse = new SseWriter(() => this.#clientGone(pending));
-      pending.sse = sse;
-      return sse.response(headers);
+      pending.sse = new SseWriter(() => this.#clientGone(pending));
+      answer = pending.sse.response(headers);
+    } else {
+      answer = new Promise<Response>((resolve) => {
+        pending.answer = (response) => {
+          for (const [name, value] of Object.entries(headers)) response.headers.set(name, value);
+          resolve(response);
+        };
+      });
     }
-    return await new Promise<Response>((resolve) => {
-      pending.answer = (response) => {
-        for (const [name, value] of Object.entries(headers)) response.headers.set(name, value);
-        resolve(response);
-      };
-    });
+    this.#serve(pending);
+    if (pending.dropped !== undefined) {
+      pending.sse?.close();
+      throw dropError(pending.dropped, pending, this.#options.maxModelLen);
+    }
+    return await answer;
   }
 
-  /** Tokenizes, checks the lengths, and serves the request to the instance (synchronously). */
-  #admit(instance: number, parsed: ParsedRequest): Pending {
+  /** Tokenizes, checks the lengths, and builds the request (not served yet). */
+  #prepare(instance: number, parsed: ParsedRequest): Pending {
     const { config, maxModelLen } = this.#options;
     const tokens = typeof parsed.prompt === "string" ? tokenize(parsed.prompt) : parsed.prompt;
     const param = parsed.endpoint === "chat" ? "messages" : "prompt";
@@ -303,6 +320,8 @@ class Fleet implements SimFleet, ClientSink {
     const pending: Pending = {
       id,
       instance,
+      request: simRequest,
+      admitting: false,
       parsed,
       promptTokens: tokens.length,
       outputTokens: length,
@@ -314,11 +333,17 @@ class Fleet implements SimFleet, ClientSink {
       answer: undefined,
       dropped: undefined,
     };
-    this.#pending.set(id, pending);
-    const replyTo = this.#bridge as ActorRef<InstanceStatus>;
-    const serve: ServeCommand = { type: "serve", request: simRequest, replyTo };
-    this.#runtime.inject(this.#instances[instance], serve, arrivalMs);
     return pending;
+  }
+
+  /** Serves the request to its instance: delivered at once, with everything else due (a refusal included). */
+  #serve(pending: Pending): void {
+    this.#pending.set(pending.id, pending);
+    pending.admitting = true;
+    const replyTo = this.#bridge as ActorRef<InstanceStatus>;
+    const serve: ServeCommand = { type: "serve", request: pending.request, replyTo };
+    this.#runtime.inject(this.#instances[pending.instance], serve, pending.request.arrivalMs);
+    pending.admitting = false;
   }
 
   // ---- The bridge's events -------------------------------------------------
@@ -369,8 +394,8 @@ class Fleet implements SimFleet, ClientSink {
     if (pending === undefined) return;
     pending.dropped = reason;
     // A drop is decided when the request is served, before its client got an answer:
-    // `#complete` answers it. Should one ever come later, end the client's wait here.
-    if (pending.sse !== undefined || pending.answer !== undefined) {
+    // `#complete` answers it with a status code. Should one ever come later, end the client's wait here.
+    if (!pending.admitting) {
       this.#fail(pending, dropError(reason, pending, this.#options.maxModelLen));
     }
     this.#pending.delete(requestId);

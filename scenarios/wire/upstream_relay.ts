@@ -58,6 +58,20 @@ export interface RelayEvents {
 /** The reason the gateway aborts a request it gives up on at shutdown: the client's stream gets an error event. */
 export class GatewayShutdown extends Error {}
 
+/** The bodies {@linkcode isQueueFull} read, by response. */
+const queueFullBodies = new WeakMap<Response, string>();
+
+/** Whether a 503's body is the `queue_full` error (our instances', vLLM-style); reads the body. */
+async function isQueueFull(response: Response): Promise<boolean> {
+  const text = await response.text();
+  queueFullBodies.set(response, text);
+  try {
+    return (JSON.parse(text) as { error?: { code?: unknown } })?.error?.code === "queue_full";
+  } catch {
+    return false;
+  }
+}
+
 /** An upstream fault, as opposed to the client going away. */
 class UpstreamFault extends Error {}
 
@@ -162,8 +176,11 @@ class Relay {
         body: upstreamBody(this.#r),
         signal: this.#signal,
       });
+      // A full queue is the upstream's answer about this request (the simulator drops it), not a fault of
+      // the upstream: passed through like a 4xx, neither retried nor held against the upstream.
+      if (response.status === 503 && await isQueueFull(response)) return this.#rejectedText(response);
       if (response.status >= 500 || response.status === 429) {
-        await response.body?.cancel().catch(() => {});
+        if (!response.bodyUsed) await response.body?.cancel().catch(() => {});
         throw new UpstreamFault(`the upstream answered ${response.status}`);
       }
       if (!response.ok) return await this.#rejected(response);
@@ -218,7 +235,11 @@ class Relay {
 
   /** The upstream's own 4xx: passed through as it is. */
   async #rejected(response: Response): Promise<void> {
-    const text = await response.text();
+    this.#rejectedText(response, await response.text());
+  }
+
+  /** Passes the upstream's refusal through as it is. */
+  #rejectedText(response: Response, text = queueFullBodies.get(response) ?? ""): void {
     const headers = new Headers(this.#r.headers);
     headers.set("content-type", response.headers.get("content-type") ?? "application/json");
     this.#respond(new Response(text, { status: response.status, headers }));
