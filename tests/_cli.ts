@@ -42,18 +42,22 @@ export interface CliOutput {
  * `deno run` of `scenarios/<script>.ts` from the repository, with the
  * permissions of its task but writes allowed only under `writable`.
  */
-export async function runScript(script: string, writable: string, ...args: string[]): Promise<CliOutput> {
+export function runScript(script: string, writable: string, ...args: string[]): Promise<CliOutput> {
+  return runDeno(
+    ["--allow-read", `--allow-write=${writable}`, "--allow-ffi", "--allow-sys"],
+    script,
+    ...args,
+  );
+}
+
+/** `deno run --no-prompt …permissions scenarios/<script>.ts …args` in the repository, its output decoded. */
+export async function runDeno(
+  permissions: readonly string[],
+  script: string,
+  ...args: string[]
+): Promise<CliOutput> {
   const output = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--no-prompt",
-      "--allow-read",
-      `--allow-write=${writable}`,
-      "--allow-ffi",
-      "--allow-sys",
-      `scenarios/${script}.ts`,
-      ...args,
-    ],
+    args: ["run", "--no-prompt", ...permissions, `scenarios/${script}.ts`, ...args],
     cwd: ROOT,
     stdin: "null",
     stdout: "piped",

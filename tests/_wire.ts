@@ -9,7 +9,7 @@ import { type SimFleet, type SimFleetOptions, startSimFleet } from "../scenarios
 import { systemWallTime } from "../scenarios/wall_time.ts";
 
 /** `config`'s instances as HTTP servers on ephemeral loopback ports, model `sim`. */
-export function simFleet(
+export function loopbackFleet(
   config: SimulationConfig,
   speed: number,
   overrides: Partial<SimFleetOptions> = {},
@@ -27,7 +27,7 @@ export function simFleet(
 }
 
 /** A gateway on an ephemeral loopback port in front of `upstreams`, routing with `config`'s policy. */
-export function gateway(
+export function loopbackGateway(
   config: SimulationConfig,
   upstreams: readonly string[],
   speed: number,

@@ -6,11 +6,10 @@
  */
 import { assert, assertEquals, assertMatch } from "@std/assert";
 import { DOMParser } from "linkedom";
-import { systemWallTime } from "../scenarios/wall_time.ts";
-import { startGateway } from "../scenarios/wire/gateway.ts";
 import { LIVE_PAGE_HTML } from "../scenarios/wire/live_page.ts";
 import { FAKE_MODEL, startFakeUpstream } from "./_fake_upstream.ts";
 import { scenario } from "./_scenarios.ts";
+import { loopbackGateway } from "./_wire.ts";
 
 /** Chromium's version line, or undefined when it cannot be run here. */
 async function chromiumVersion(): Promise<string | undefined> {
@@ -135,17 +134,9 @@ Deno.test({
   async fn() {
     const fakes = [startFakeUpstream({ waiting: 3 }), startFakeUpstream({ waiting: 1, cachedTokens: 8 })];
     const config = scenario({ policy: { name: "round_robin" } });
-    const gateway = await startGateway({
-      config,
-      upstreams: fakes.map((f) => f.url),
-      host: "127.0.0.1",
-      port: 0,
-      speed: 1,
-      wallTime: systemWallTime,
+    const gateway = await loopbackGateway(config, fakes.map((f) => f.url), 1, {
       maxBodyBytes: 65_536,
-      scrapeMs: 100,
       upstreamTimeoutMs: 5000,
-      onFatal: () => {},
     });
     try {
       for (let i = 0; i < 4; i++) {

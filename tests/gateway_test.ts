@@ -5,8 +5,7 @@
  * metrics, errors, and router plugins (one that routes, one that spins).
  */
 import { assert, assertEquals, assertMatch } from "@std/assert";
-import { systemWallTime } from "../scenarios/wall_time.ts";
-import { type Gateway, type GatewayOptions, startGateway } from "../scenarios/wire/gateway.ts";
+import type { Gateway, GatewayOptions } from "../scenarios/wire/gateway.ts";
 import { readSseData } from "../scenarios/wire/http.ts";
 import { ChatChunk, CompletionChunk, CompletionResponse, ErrorBody } from "../scenarios/wire/openai.ts";
 import { parsePrometheus } from "../scenarios/wire/prometheus.ts";
@@ -18,6 +17,7 @@ import {
   startFakeUpstream,
 } from "./_fake_upstream.ts";
 import { scenario } from "./_scenarios.ts";
+import { loopbackGateway } from "./_wire.ts";
 
 /** The scenario the gateway routes with: `policy`, a 32-token prefix unit (two 16-token blocks). */
 function config(policy: string, retryBudget = 1): SimulationConfig {
@@ -40,19 +40,17 @@ async function withGateway(
   const fakes = setup.upstreams.map((o) => startFakeUpstream(o));
   let gateway: Gateway | undefined;
   try {
-    gateway = await startGateway({
-      config: config(setup.policy ?? "round_robin", setup.retryBudget ?? 1),
-      upstreams: fakes.map((f) => f.url),
-      host: "127.0.0.1",
-      port: 0,
-      speed: 1,
-      wallTime: systemWallTime,
-      maxBodyBytes: 65_536,
-      scrapeMs: 10_000, // one scrape at start: the tests say when upstreams change
-      upstreamTimeoutMs: 5_000,
-      onFatal: () => {},
-      ...setup.gateway,
-    });
+    gateway = await loopbackGateway(
+      config(setup.policy ?? "round_robin", setup.retryBudget ?? 1),
+      fakes.map((f) => f.url),
+      1,
+      {
+        maxBodyBytes: 65_536,
+        scrapeMs: 10_000, // one scrape at start: the tests say when upstreams change
+        upstreamTimeoutMs: 5_000,
+        ...setup.gateway,
+      },
+    );
     await body(gateway, fakes);
   } finally {
     await gateway?.close(1000);

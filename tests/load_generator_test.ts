@@ -28,7 +28,7 @@ import {
   runLoad,
   scenarioArrivals,
 } from "../scenarios/wire/load_generator.ts";
-import { type CliOutput, messageLine, runCli } from "./_cli.ts";
+import { type CliOutput, messageLine, runCli, runDeno } from "./_cli.ts";
 import { interruptWhenSeen } from "./_interrupt.ts";
 import { scenario } from "./_scenarios.ts";
 
@@ -417,24 +417,12 @@ Deno.test("an interrupt stops sending, aborts the requests in flight and reports
 });
 
 /** `deno run` of scenarios/load.ts with the task's permissions. */
-async function loadCli(...args: string[]): Promise<CliOutput> {
-  const output = await new Deno.Command("deno", {
-    args: [
-      "run",
-      "--no-prompt",
-      "--allow-read",
-      "--allow-net=127.0.0.1,localhost",
-      "--allow-env=INIT_CWD",
-      "scenarios/load.ts",
-      ...args,
-    ],
-    cwd: ROOT,
-    stdin: "null",
-    stdout: "piped",
-    stderr: "piped",
-  }).output();
-  const decode = (b: Uint8Array) => new TextDecoder().decode(b);
-  return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
+function loadCli(...args: string[]): Promise<CliOutput> {
+  return runDeno(
+    ["--allow-read", "--allow-net=127.0.0.1,localhost", "--allow-env=INIT_CWD"],
+    "load",
+    ...args,
+  );
 }
 
 Deno.test("deno task load: a bad flag exits 2 with one line naming the flag and the value", async (t) => {

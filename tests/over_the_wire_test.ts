@@ -9,11 +9,12 @@ import { runScenario } from "../scenarios/run_scenario.ts";
 import { systemWallTime } from "../scenarios/wall_time.ts";
 import type { SimulationConfig } from "../actors/topology.ts";
 import { scenario } from "./_scenarios.ts";
-import { gateway, simFleet } from "./_wire.ts";
+import { loopbackFleet, loopbackGateway } from "./_wire.ts";
 
 /**
- * 300 requests at 40/s of simulated time over 4 batching instances (a 70B
- * model: mean TTFT ≈ 150 ms, so the few ms HTTP adds stay small beside it),
+ * 300 requests at 25/s of simulated time over 4 batching instances (a 70B
+ * model: mean TTFT ≈ 130 ms, so the few ms HTTP adds stay small beside it;
+ * little queueing, which would amplify small routing differences),
  * prefix-aware routing on an approximate view.
  */
 function wireScenario(overrides: Record<string, unknown> = {}): SimulationConfig {
@@ -25,7 +26,7 @@ function wireScenario(overrides: Record<string, unknown> = {}): SimulationConfig
     instances: { count: 4, model: "batching", engine: { preset: "llama-3.3-70b-tp4" } },
     workload: {
       requests: 300,
-      ratePerSec: 40,
+      ratePerSec: 25,
       prefix: { groups: 20, zipf: 1.2, sharedFrac: 0.8, tokens: 1024 },
       suffixTokens: { dist: "exponential", mean: 512 },
       outputTokens: { dist: "constant", value: 24 },
@@ -36,9 +37,9 @@ function wireScenario(overrides: Record<string, unknown> = {}): SimulationConfig
 
 /** A fleet of the scenario's instances and a gateway scraping them every 200 ms of simulated time. */
 async function fleetAndGateway(config: SimulationConfig, speed: number) {
-  const fleet = await simFleet(config, speed);
+  const fleet = await loopbackFleet(config, speed);
   const fatal: string[] = [];
-  const front = await gateway(config, fleet.urls, speed, {
+  const front = await loopbackGateway(config, fleet.urls, speed, {
     scrapeMs: 200 / speed,
     onFatal: (line) => fatal.push(line),
   });
@@ -85,8 +86,8 @@ Deno.test("an upstream killed mid-run: its requests are retried or fail with an 
   const speed = 2;
   const { fleet, gateway: front } = await fleetAndGateway(config, speed);
   // A second fleet of one instance, killed (closed at once, streams cut) mid-run.
-  const victim = await simFleet({ ...config, instances: { ...config.instances, count: 1 } }, speed);
-  const mixed = await gateway(
+  const victim = await loopbackFleet({ ...config, instances: { ...config.instances, count: 1 } }, speed);
+  const mixed = await loopbackGateway(
     { ...config, policy: { name: "round_robin" } },
     [...fleet.urls.slice(0, 2), victim.urls[0]],
     speed,
@@ -123,8 +124,8 @@ Deno.test("an instance's full queue reaches the client as its 503 queue_full: a 
     policy: { name: "round_robin" },
     instances: { count: 2, overheadMs: 50, decodeMsPerToken: 1, maxQueue: 1 },
   });
-  const fleet = await simFleet(config, 1);
-  const front = await gateway(config, fleet.urls, 1);
+  const fleet = await loopbackFleet(config, 1);
+  const front = await loopbackGateway(config, fleet.urls, 1);
   try {
     const answers = await Promise.all(
       Array.from({ length: 12 }, (_, i) =>

@@ -10,7 +10,7 @@ import { readSseData } from "../scenarios/wire/http.ts";
 import { parsePrometheus } from "../scenarios/wire/prometheus.ts";
 import { scenario } from "./_scenarios.ts";
 import { SMALL_ENGINE } from "./_engine.ts";
-import { simFleet } from "./_wire.ts";
+import { loopbackFleet } from "./_wire.ts";
 
 /** A lone 600-token prompt's first token comes at 21.0 ms on this engine, then a decode step every 5.1 ms. */
 const { maxQueue: _, ...ENGINE } = SMALL_ENGINE;
@@ -25,7 +25,7 @@ async function withFleet(
     workload: { outputTokens: { dist: "constant", value: 5 } },
     ...overrides,
   });
-  const fleet = await simFleet(config, speed, { maxModelLen: 4096 });
+  const fleet = await loopbackFleet(config, speed, { maxModelLen: 4096 });
   try {
     await test(fleet);
   } finally {
