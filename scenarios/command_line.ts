@@ -558,6 +558,27 @@ export function pluginTimeoutMs(values: Record<string, unknown>): number {
   return value;
 }
 
+/**
+ * A tool's own number flag (`--speed`, `--port`…): finite and > 0 (≥ 0 with
+ * `zero`), whole with `integer`; `fallback` when absent.
+ * @throws {UsageError} naming the flag, the value and what was expected.
+ */
+export function numberFlag(
+  flag: string,
+  raw: string | undefined,
+  fallback: number,
+  { integer = false, zero = false } = {},
+): number {
+  if (raw === undefined) return fallback;
+  const value = raw.trim() === "" ? NaN : Number(raw);
+  if (!(Number.isFinite(value) && (zero ? value >= 0 : value > 0) && (!integer || Number.isInteger(value)))) {
+    throw new UsageError(
+      `${flag}: expected ${integer ? "an integer" : "a number"} ${zero ? ">= 0" : "> 0"}, got "${raw}"`,
+    );
+  }
+  return value;
+}
+
 /** A flag's number; with `infinite`, `inf` (or `infinity`, any case) is Infinity. */
 function parseNumber(flag: string, raw: string, integer: boolean, infinite = false): number {
   if (infinite && /^\s*inf(inity)?\s*$/i.test(raw)) return Infinity;

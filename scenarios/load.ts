@@ -6,6 +6,7 @@
  */
 import {
   configFromFlags,
+  numberFlag,
   parseFlags,
   runCommand,
   SCENARIO_FLAGS_HELP,
@@ -59,16 +60,6 @@ const SERVING_ONLY = ["router", "plugin-timeout-ms", "faults"] as const;
 /** The parsed flags of `deno task load`. */
 type LoadFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
 
-/** A flag's number > 0 (finite), or `fallback` when absent. */
-function positive(flag: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined) return fallback;
-  const value = raw.trim() === "" ? NaN : Number(raw);
-  if (!(value > 0 && Number.isFinite(value))) {
-    throw new UsageError(`${flag}: expected a number > 0, got "${raw}"`);
-  }
-  return value;
-}
-
 /** `--endpoint`: completion or chat; when absent, the one `--url` names, else completion. */
 function endpointFlag(raw: string | undefined, url: string): LoadEndpoint {
   if (raw === undefined) return /\/chat\/completions\/?$/.test(new URL(url).pathname) ? "chat" : "completion";
@@ -115,8 +106,8 @@ async function loadSettings(values: LoadFlags) {
   } catch (error) {
     throw new UsageError(`--${(error as Error).message}`);
   }
-  const speed = positive("--speed", values.speed, 1);
-  const requestTimeoutMs = positive("--request-timeout-ms", values["request-timeout-ms"], 60_000);
+  const speed = numberFlag("--speed", values.speed, 1);
+  const requestTimeoutMs = numberFlag("--request-timeout-ms", values["request-timeout-ms"], 60_000);
   // --model is the requests' model name here: the instance model comes from the scenario file.
   const { model, ...scenarioFlags } = values;
   const config = await configFromFlags(scenarioFlags);

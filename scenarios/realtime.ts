@@ -8,6 +8,7 @@
 import { type LiveHandles, type RealtimeResult, simulateRealtime } from "../actors/realtime_simulation.ts";
 import {
   configFromFlags,
+  numberFlag,
   parseFlags,
   pluginFlag,
   pluginTimeoutMs,
@@ -44,15 +45,6 @@ const OPTIONS = {
   "lag-tolerance-ms": { type: "string" },
   "handler-timeout-ms": { type: "string" },
 } as const;
-
-function positive(flag: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined) return fallback;
-  const value = Number(raw);
-  if (!(value > 0 && Number.isFinite(value))) {
-    throw new UsageError(`${flag}: expected a number > 0, got "${raw}"`);
-  }
-  return value;
-}
 
 /** The longest wall time a real-time run may need, ms: 2^31 − 1 (≈ 24.9 days), the longest JavaScript timer. */
 export const MAX_REALTIME_WALL_MS = 2 ** 31 - 1;
@@ -125,9 +117,9 @@ type RealtimeFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
 
 /** What `deno task realtime` is asked to run: its settings, scenario and plugin, checked. */
 async function realtimeSettings(values: RealtimeFlags) {
-  const speed = positive("--speed", values.speed, 5);
-  const tolerance = positive("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
-  const handlerTimeoutMs = positive("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
+  const speed = numberFlag("--speed", values.speed, 5);
+  const tolerance = numberFlag("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
+  const handlerTimeoutMs = numberFlag("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
   const config = await configFromFlags(values);
   checkSpeed(speed, values.speed, config);
   const pluginTimeout = pluginTimeoutMs(values);

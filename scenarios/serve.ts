@@ -11,6 +11,7 @@
 import { systemWallTime } from "./wall_time.ts";
 import {
   configFromFlags,
+  numberFlag,
   oneLine,
   parseFlags,
   pluginFlag,
@@ -78,26 +79,6 @@ const GRACE_MS = 4500;
 /** Wall ms after the signal when the process exits whatever is still open. */
 const EXIT_DEADLINE_MS = 4800;
 
-/** A flag's number: finite, > 0 (or ≥ 0 with `zero`), whole with `integer`. */
-function numberFlag(
-  values: ServeFlags,
-  name: keyof ServeFlags,
-  fallback: number,
-  { integer = false, zero = false } = {},
-): number {
-  const raw = values[name];
-  if (raw === undefined) return fallback;
-  const value = Number(raw);
-  const ok = Number.isFinite(value) && (zero ? value >= 0 : value > 0) &&
-    (!integer || Number.isInteger(value));
-  if (!ok || String(raw).trim() === "") {
-    throw new UsageError(
-      `--${name}: expected ${integer ? "an integer" : "a number"} ${zero ? ">= 0" : "> 0"}, got "${raw}"`,
-    );
-  }
-  return value;
-}
-
 /** `--upstream`'s URLs, each checked. */
 function upstreamUrls(raw: string): string[] {
   return raw.split(",").map((part) => part.trim()).filter((part) => part !== "").map((part) => {
@@ -161,15 +142,17 @@ async function serveSettings(values: ServeFlags) {
     upstreams,
     plugin,
     pluginTimeoutMs: timeoutMs,
-    speed: numberFlag(values, "speed", 1),
+    speed: numberFlag("--speed", values["speed"], 1),
     host: values.host ?? "127.0.0.1",
-    port: numberFlag(values, "port", 0, { integer: true, zero: true }),
+    port: numberFlag("--port", values["port"], 0, { integer: true, zero: true }),
     servedModelName: values["served-model-name"] ?? "sim",
     servedModelNameGiven: values["served-model-name"] !== undefined,
-    maxModelLen: numberFlag(values, "max-model-len", 32768, { integer: true }),
-    maxBodyBytes: numberFlag(values, "max-body-bytes", DEFAULT_MAX_BODY_BYTES, { integer: true }),
-    scrapeMs: numberFlag(values, "scrape-ms", 200),
-    upstreamTimeoutMs: numberFlag(values, "upstream-timeout-ms", 60000),
+    maxModelLen: numberFlag("--max-model-len", values["max-model-len"], 32768, { integer: true }),
+    maxBodyBytes: numberFlag("--max-body-bytes", values["max-body-bytes"], DEFAULT_MAX_BODY_BYTES, {
+      integer: true,
+    }),
+    scrapeMs: numberFlag("--scrape-ms", values["scrape-ms"], 200),
+    upstreamTimeoutMs: numberFlag("--upstream-timeout-ms", values["upstream-timeout-ms"], 60000),
   };
 }
 

@@ -28,7 +28,7 @@ import {
   UpstreamInstance,
 } from "../../actors/upstream_instance.ts";
 import { gatewayMetricsText, type UpstreamScrape } from "./gateway_metrics_text.ts";
-import { errorResponse, jsonResponse, readJsonBody, SseWriter } from "./http.ts";
+import { errorResponse, jsonResponse, readJsonBody, serverUrl, SseWriter } from "./http.ts";
 import { LIVE_PAGE_HTML } from "./live_page.ts";
 import { type Endpoint, modelNotFound, OpenAIError, type ParsedRequest, parseRequest } from "./openai.ts";
 import { parsePrometheus, parseTypes, readLoad, VLLM_TTFT_BUCKETS_S } from "./prometheus.ts";
@@ -352,7 +352,7 @@ class GatewayServer implements Gateway {
       (request) => this.#handle(request),
     );
     const addr = this.#server.addr;
-    this.#url = `http://${addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname}:${addr.port}`;
+    this.#url = serverUrl(addr);
   }
 
   drain(): void {

@@ -119,6 +119,11 @@ export async function readJsonBody(
   return value as Record<string, unknown>;
 }
 
+/** A listening server's base URL (`http://host:port`; an IPv6 address in brackets). */
+export function serverUrl(addr: Deno.NetAddr): string {
+  return `http://${addr.hostname.includes(":") ? `[${addr.hostname}]` : addr.hostname}:${addr.port}`;
+}
+
 /** A JSON response (`content-type: application/json`). */
 export function jsonResponse(status: number, body: unknown, headers?: HeadersInit): Response {
   const merged = new Headers(headers);

@@ -35,7 +35,7 @@ import { createRandomStream, type RandomStream } from "../../actors/runtime/rand
 import type { WallTime } from "../../actors/runtime/wall_clock.ts";
 import type { LagStats } from "../../actors/runtime/worker_runtime.ts";
 import type { SimulationConfig } from "../../actors/topology.ts";
-import { errorResponse, jsonResponse, readJsonBody, SseWriter } from "./http.ts";
+import { errorResponse, jsonResponse, readJsonBody, serverUrl, SseWriter } from "./http.ts";
 import {
   chunkBody,
   completionBody,
@@ -110,10 +110,10 @@ interface Pending {
 }
 
 /** Starts the instances of `options.config` and one HTTP server for each. */
-export async function startSimFleet(options: SimFleetOptions): Promise<SimFleet> {
+export function startSimFleet(options: SimFleetOptions): Promise<SimFleet> {
   const fleet = new Fleet(options);
-  await fleet.listen();
-  return fleet;
+  fleet.listen(); // Deno.serve binds at once
+  return Promise.resolve(fleet);
 }
 
 class Fleet implements SimFleet, ClientSink {
@@ -163,7 +163,7 @@ class Fleet implements SimFleet, ClientSink {
     return this.#urls;
   }
 
-  async listen(): Promise<void> {
+  listen(): void {
     this.#runtime.start();
     const ports = this.#options.ports;
     for (let i = 0; i < this.#instances.length; i++) {
@@ -173,8 +173,7 @@ class Fleet implements SimFleet, ClientSink {
       );
       this.#servers.push(server);
     }
-    this.#urls = this.#servers.map((s) => `http://${urlHost(s.addr.hostname)}:${s.addr.port}`);
-    await Promise.resolve();
+    this.#urls = this.#servers.map((s) => serverUrl(s.addr));
   }
 
   lagStats(): LagStats {
@@ -221,7 +220,7 @@ class Fleet implements SimFleet, ClientSink {
         return await this.#complete(instance, endpoint, request, headers);
       }
       if (request.method !== "GET") {
-        if (isKnownGet(path)) throw methodNotAllowed(request.method, path);
+        if (GET_PATHS.has(path)) throw methodNotAllowed(request.method, path);
         throw notFound(path);
       }
       return this.#get(instance, path, headers);
@@ -484,10 +483,6 @@ function dropError(reason: DropReason, pending: Pending, maxModelLen: number): O
 
 const GET_PATHS: ReadonlySet<string> = new Set(["/health", "/v1/models", "/metrics"]);
 
-function isKnownGet(path: string): boolean {
-  return GET_PATHS.has(path);
-}
-
 function methodNotAllowed(method: string, path: string): OpenAIError {
   return new OpenAIError(405, `Method ${method} is not allowed on ${path}.`, { code: "method_not_allowed" });
 }
@@ -504,9 +499,4 @@ function notFound(path: string): OpenAIError {
 
 function nowSeconds(): number {
   return Math.floor(Date.now() / 1000);
-}
-
-/** A host for a URL: an IPv6 address in brackets. */
-export function urlHost(hostname: string): string {
-  return hostname.includes(":") ? `[${hostname}]` : hostname;
 }
