@@ -20,6 +20,13 @@ export interface EnginePreset {
   readonly requestOverheadMs: number;
   /** KV cache capacity in blocks. */
   readonly kvBlocks: number;
+  /**
+   * The scheduler's token budget per step (`--max-num-batched-tokens`) that
+   * `vllm serve` picks on the preset's GPU when none is given.
+   */
+  readonly maxBatchTokens: number;
+  /** The scheduler's cap on running sequences (`--max-num-seqs`) that `vllm serve` picks on the preset's GPU. */
+  readonly maxSeqs: number;
   /** Where the numbers come from. */
   readonly source: string;
   /** The model's shape, for the KV bytes a token takes (KV transfers, the host tier). */
@@ -46,6 +53,15 @@ export function kvBytesPerToken(shape: ModelShape): number {
 }
 
 /**
+ * `vllm serve`'s scheduler defaults on an H100 (≥ 70 GiB and not an A100):
+ * `EngineArgs.get_batch_defaults` in `vllm/engine/arg_utils.py` gives the
+ * OpenAI API server 8192 batched tokens and 1024 sequences there (2048 and
+ * 256 on smaller GPUs and A100s). Every preset is an H100 fit, so every
+ * preset carries these.
+ */
+const VLLM_H100_SCHEDULER = { maxBatchTokens: 8192, maxSeqs: 1024 } as const;
+
+/**
  * The presets. Step coefficients are REFERENCE §3's. `requestOverheadMs` is
  * REFERENCE's measured lone-request TTFT minus the step time (Qwen2.5-7B:
  * 21.7 − (7.05 + 0.0195 × 512) = 4.67 ms); the other sets have no such
@@ -54,6 +70,7 @@ export function kvBytesPerToken(shape: ModelShape): number {
  */
 export const ENGINE_PRESETS = {
   "qwen2.5-7b": {
+    ...VLLM_H100_SCHEDULER,
     stepMs: 7.05,
     prefillMsPerToken: 0.0195,
     decodeMsPerSeq: 0.0254,
@@ -69,6 +86,7 @@ export const ENGINE_PRESETS = {
     },
   },
   "llama-3.1-8b": {
+    ...VLLM_H100_SCHEDULER,
     stepMs: 6.47,
     prefillMsPerToken: 0.0198,
     decodeMsPerSeq: 0.0254,
@@ -85,6 +103,7 @@ export const ENGINE_PRESETS = {
     },
   },
   "qwen3-14b": {
+    ...VLLM_H100_SCHEDULER,
     stepMs: 13.6,
     prefillMsPerToken: 0.0394,
     decodeMsPerSeq: 0.0273,
@@ -100,6 +119,7 @@ export const ENGINE_PRESETS = {
     },
   },
   "llama-3.3-70b-tp4": {
+    ...VLLM_H100_SCHEDULER,
     stepMs: 12.6,
     prefillMsPerToken: 0.0764,
     decodeMsPerSeq: 0.0668,
