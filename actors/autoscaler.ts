@@ -1,44 +1,9 @@
 /**
  * @module
- * The autoscaler actor: every `intervalMs` it reads its signal the way a real
- * one does — it probes the instances (queue depth, KV use) or asks the metrics
- * collector (SLO attainment) — and starts or stops instances (design.md, "Autoscaling").
- *
- * Decision rule. `queue_depth` / `concurrency` / `kv_utilization`: the
- * signal is the mean of `waiting` (vLLM's `num_requests_waiting`), of
- * `waiting + running` (plus `num_requests_running`) or of `kvUtilization` over the
- * active instances that answered this round's probes; the instances wanted
- * are Kubernetes HPA's `ceil(current × value / target)`, unchanged while
- * `value / target` is within {@linkcode HPA_TOLERANCE} of 1 (HPA's default
- * tolerance), clamped to [min, max] — scaling out, instances still
- * provisioning count as idle, as HPA counts a not-yet-ready pod.
- * `slo_attainment`: the signal is the share of requests finished since the
- * last probe that met every SLO; below target, the ready instances times
- * the miss ratio over the one allowed ((1 − value) ÷ (1 − target), as HPA's
- * usage over target), at least one more unless some are still provisioning;
- * one fewer once it has been at or above target for a whole cooldown, clamped. `current` counts the instances
- * active or provisioning. No value to read (no reply, nothing finished): hold.
- *
- * Actions. Scale-out is immediate: `provision` to the lowest-index
- * unprovisioned instances, ready `provisionMs` later (cold). Scale-in only
- * when `cooldownMs` has passed since the last action (the start counts as
- * one), and — queue and KV signals — only down to the highest count
- * recommended over the last `cooldownMs` (HPA's scale-down stabilisation
- * window): `decommission` the most recently provisioned ready instances (they
- * drain, then stop). A decommissioned instance is provisioned again only once
- * it has stopped — the autoscaler probes it every tick and takes it as stopped
- * when it answers with nothing waiting or running, or does not answer by the
- * next tick. One `scaled` record goes to the metrics at the start and one
- * after every change.
- *
- * Probe rounds. Each tick sends one probe per active, ready instance and
- * decides as soon as every one has answered; probes that are still
- * unanswered at the next tick (a crashed or partitioned instance) are given
- * up and the round is decided on the replies that came. A reply counts in
- * the round open when it arrives (probes carry no round id), so the
- * instances' network delay is assumed shorter than `intervalMs`.
+ * The autoscaler actor: Kubernetes' horizontal pod autoscaler (autoscaling/v2,
+ * with its `behavior` rules) over the simulated fleet (design.md, "Autoscaling").
  */
-import type { AutoscaleConfig } from "./faults.ts";
+import type { AutoscaleConfig, ScalingPolicy, ScalingRules } from "./faults.ts";
 import {
   assertNever,
   type AutoscalerCommand,
@@ -55,6 +20,78 @@ export type AutoscalerMessage = AutoscalerCommand | { readonly type: "start" };
 
 /** No change while the signal is within this share of its target (Kubernetes HPA's default tolerance). */
 export const HPA_TOLERANCE = 0.1;
+
+/** HPA's default sync period (`--horizontal-pod-autoscaler-sync-period`): the default `intervalMs`. */
+export const HPA_SYNC_PERIOD_MS = 15_000;
+
+/**
+ * HPA's default scale-down stabilisation window
+ * (`--horizontal-pod-autoscaler-downscale-stabilization`): the default `cooldownMs`.
+ */
+export const HPA_DOWNSCALE_STABILIZATION_MS = 300_000;
+
+/** The longest stabilisation window autoscaling/v2 accepts (`MaxStabilizationWindowSeconds`, 3600 s). */
+export const HPA_MAX_STABILIZATION_WINDOW_MS = 3_600_000;
+
+/** The longest policy period autoscaling/v2 accepts (`MaxPeriodSeconds`, 1800 s). */
+export const HPA_MAX_POLICY_PERIOD_MS = 1_800_000;
+
+/** A behavior's rules with every field filled in. */
+export type ResolvedScalingRules = Required<ScalingRules>;
+
+/** A behavior with both directions' rules filled in. */
+export interface ResolvedBehavior {
+  readonly scaleUp: ResolvedScalingRules;
+  readonly scaleDown: ResolvedScalingRules;
+}
+
+const POLICY_TYPES: readonly string[] = ["Pods", "Percent"];
+const SELECT_POLICIES: readonly string[] = ["Max", "Min", "Disabled"];
+
+/** autoscaling/v2's default scale-up policies: 4 instances or 100% per 15 s, whichever is more. */
+const SCALE_UP_POLICIES: readonly ScalingPolicy[] = Object.freeze([
+  Object.freeze({ type: "Pods", value: 4, periodMs: 15_000 } as const),
+  Object.freeze({ type: "Percent", value: 100, periodMs: 15_000 } as const),
+]);
+
+/** autoscaling/v2's default scale-down policy: 100% per 15 s. */
+const SCALE_DOWN_POLICIES: readonly ScalingPolicy[] = Object.freeze([
+  Object.freeze({ type: "Percent", value: 100, periodMs: 15_000 } as const),
+]);
+
+/**
+ * A config's `behavior` with autoscaling/v2's defaults in every absent field
+ * (pkg/apis/autoscaling/v2/defaults.go, `SetDefaults_HorizontalPodAutoscalerBehavior`;
+ * the scale-down window defaults to `cooldownMs`, as horizontal.go's
+ * `maybeInitScaleDownStabilizationWindow` takes the controller's flag).
+ * @returns undefined without a `behavior`.
+ *
+ * @example
+ * ```ts
+ * import { assertEquals } from "@std/assert";
+ * const behavior = resolveBehavior({ cooldownMs: 300_000, behavior: { scaleUp: { selectPolicy: "Min" } } });
+ * assertEquals(behavior?.scaleUp.stabilizationWindowMs, 0);
+ * assertEquals(behavior?.scaleDown.stabilizationWindowMs, 300_000);
+ * ```
+ */
+export function resolveBehavior(
+  config: Pick<AutoscaleConfig, "behavior" | "cooldownMs">,
+): ResolvedBehavior | undefined {
+  const b = config.behavior;
+  if (b === undefined) return undefined;
+  return {
+    scaleUp: {
+      stabilizationWindowMs: b.scaleUp?.stabilizationWindowMs ?? 0,
+      selectPolicy: b.scaleUp?.selectPolicy ?? "Max",
+      policies: b.scaleUp?.policies ?? SCALE_UP_POLICIES,
+    },
+    scaleDown: {
+      stabilizationWindowMs: b.scaleDown?.stabilizationWindowMs ?? config.cooldownMs,
+      selectPolicy: b.scaleDown?.selectPolicy ?? "Max",
+      policies: b.scaleDown?.policies ?? SCALE_DOWN_POLICIES,
+    },
+  };
+}
 
 /**
  * Slack on the rule's comparisons against rounding: 3 × 0.3 / 0.1 =
@@ -77,14 +114,22 @@ type Slot = typeof Slot[keyof typeof Slot];
 /** Why an instance was probed this round: for the signal, or to see whether it stopped draining. */
 const PROBED_ACTIVE = 1, PROBED_DRAINING = 2;
 
+/** A time and a count: a recommendation, or a scaling change. */
+type Stamped = [timeMs: number, count: number];
+
+/** What one probe round read: the answers' sum and number, the probed that did not answer, the not ready. */
+interface Round {
+  readonly sum: number;
+  readonly replies: number;
+  readonly missing: number;
+  readonly unready: number;
+}
+
 /**
  * Checks an autoscaler configuration against a fleet of `instanceCount`.
  * @throws {RangeError} naming the field, the value and what was expected.
  */
 export function checkAutoscaleConfig(config: AutoscaleConfig, instanceCount: number): void {
-  const fail = (field: string, value: unknown, expected: string): never => {
-    throw new RangeError(`autoscale.${field}: expected ${expected}, got ${value}`);
-  };
   const { min, max, initial, provisionMs, intervalMs, cooldownMs, target, signal } = config;
   if (!Number.isInteger(min) || min < 0) fail("min", min, "an integer >= 0");
   if (!Number.isInteger(max) || max < Math.max(min, 1)) {
@@ -100,12 +145,185 @@ export function checkAutoscaleConfig(config: AutoscaleConfig, instanceCount: num
   if (signal === "slo_attainment" ? !(target > 0 && target < 1) : !(target > 0 && target < Infinity)) {
     fail("target", target, signal === "slo_attainment" ? "a share in (0, 1)" : "a finite number > 0");
   }
+  for (const direction of ["scaleUp", "scaleDown"] as const) {
+    const rules = config.behavior?.[direction];
+    if (rules !== undefined) checkScalingRules(rules, `behavior.${direction}`);
+  }
+}
+
+function fail(field: string, value: unknown, expected: string): never {
+  const shown = typeof value === "string" ? JSON.stringify(value) : Array.isArray(value) ? "[]" : value;
+  throw new RangeError(`autoscale.${field}: expected ${expected}, got ${shown}`);
+}
+
+/** autoscaling/v2's checks on one direction's rules (pkg/apis/autoscaling/validation, `validateScalingRules`). */
+function checkScalingRules(rules: ScalingRules, at: string): void {
+  const window = rules.stabilizationWindowMs;
+  if (window !== undefined && !(window >= 0 && window <= HPA_MAX_STABILIZATION_WINDOW_MS)) {
+    fail(`${at}.stabilizationWindowMs`, window, `a number in [0, ${HPA_MAX_STABILIZATION_WINDOW_MS}] (ms)`);
+  }
+  if (rules.selectPolicy !== undefined && !SELECT_POLICIES.includes(rules.selectPolicy)) {
+    fail(`${at}.selectPolicy`, rules.selectPolicy, '"Max", "Min" or "Disabled"');
+  }
+  const policies = rules.policies;
+  if (policies === undefined) return;
+  if (policies.length === 0) fail(`${at}.policies`, policies, "at least one policy");
+  policies.forEach((p, i) => {
+    if (!POLICY_TYPES.includes(p.type)) fail(`${at}.policies[${i}].type`, p.type, '"Pods" or "Percent"');
+    if (!Number.isInteger(p.value) || p.value < 1) {
+      fail(`${at}.policies[${i}].value`, p.value, "an integer >= 1");
+    }
+    if (!(p.periodMs > 0 && p.periodMs <= HPA_MAX_POLICY_PERIOD_MS)) {
+      fail(`${at}.policies[${i}].periodMs`, p.periodMs, `a number in (0, ${HPA_MAX_POLICY_PERIOD_MS}] (ms)`);
+    }
+  });
+}
+
+/** ⌈x⌉, forgiving a rounding error just above a whole number. */
+const ceil = (x: number) => Math.ceil(x - SLACK);
+
+const withinTolerance = (ratio: number) => Math.abs(ratio - 1) <= HPA_TOLERANCE + SLACK;
+
+/**
+ * The instances a probe round proposes (replica_calculator.go, `calcPlainMetricReplicas`;
+ * see {@linkcode Autoscaler}).
+ */
+function proposeReplicas(round: Round, target: number, current: number): number {
+  const ratio = round.sum / round.replies / target;
+  const upWithUnready = round.unready > 0 && ratio > 1;
+  if (!upWithUnready && round.missing === 0) {
+    return withinTolerance(ratio) ? current : ceil(ratio * round.replies);
+  }
+  // Missing instances at target scaling down, at 0 otherwise (HPA's `else`: a ratio of exactly 1 too);
+  // unready ones at 0, scaling up only.
+  let sum = round.sum, counted = round.replies + round.missing;
+  if (round.missing > 0 && ratio < 1) sum += round.missing * target;
+  if (upWithUnready) counted += round.unready;
+  const newRatio = sum / counted / target;
+  if (withinTolerance(newRatio) || (ratio < 1 && newRatio > 1) || (ratio > 1 && newRatio < 1)) return current;
+  const replicas = ceil(newRatio * counted);
+  if ((newRatio < 1 && replicas > current) || (newRatio > 1 && replicas < current)) return current;
+  return replicas;
+}
+
+/** The instances changed strictly less than `periodMs` before `nowMs` (horizontal.go, `getReplicasChangePerPeriod`). */
+function changedWithin(events: readonly Stamped[], periodMs: number, nowMs: number): number {
+  let n = 0;
+  for (const [t, change] of events) if (t > nowMs - periodMs) n += change;
+  return n;
 }
 
 /**
- * Scales the fleet between `min` and `max` instances on one signal (see the
- * module doc for the rule). The fleet is built with every instance it may
- * start; the first `initial` are active at the start.
+ * The most instances the scale-up rules allow now (horizontal.go,
+ * `calculateScaleUpLimitWithScalingRules`): per policy, from the count at the
+ * start of its period; the largest (`Max`) or smallest (`Min`) of them.
+ */
+function scaleUpLimit(
+  current: number,
+  rules: ResolvedScalingRules,
+  added: readonly Stamped[],
+  removed: readonly Stamped[],
+  nowMs: number,
+): number {
+  if (rules.selectPolicy === "Disabled") return current;
+  const pick = rules.selectPolicy === "Min" ? Math.min : Math.max;
+  let limit = rules.selectPolicy === "Min" ? Infinity : -Infinity;
+  for (const p of rules.policies) {
+    const start = current - changedWithin(added, p.periodMs, nowMs) +
+      changedWithin(removed, p.periodMs, nowMs);
+    // As HPA rounds it, float for float (25 × (1 + 12/100) is 28.000000000000004: 29).
+    limit = pick(limit, p.type === "Pods" ? start + p.value : Math.ceil(start * (1 + p.value / 100)));
+  }
+  return limit;
+}
+
+/**
+ * The fewest instances the scale-down rules allow now (horizontal.go,
+ * `calculateScaleDownLimitWithBehaviors`): per policy, from the count at the
+ * start of its period; the largest change (`Max`: the fewest) or the smallest.
+ */
+function scaleDownLimit(
+  current: number,
+  rules: ResolvedScalingRules,
+  added: readonly Stamped[],
+  removed: readonly Stamped[],
+  nowMs: number,
+): number {
+  if (rules.selectPolicy === "Disabled") return current;
+  const pick = rules.selectPolicy === "Min" ? Math.max : Math.min;
+  let limit = rules.selectPolicy === "Min" ? -Infinity : Infinity;
+  for (const p of rules.policies) {
+    const start = current - changedWithin(added, p.periodMs, nowMs) +
+      changedWithin(removed, p.periodMs, nowMs);
+    // Float for float too (10 × (1 − 80/100) is 1.9999999999999996: 1).
+    limit = pick(limit, p.type === "Pods" ? start - p.value : Math.trunc(start * (1 - p.value / 100)));
+  }
+  return limit;
+}
+
+/**
+ * Scales the fleet between `min` and `max` instances on one signal, as
+ * Kubernetes' HPA does. The fleet is built with every instance it may start;
+ * the first `initial` are active at the start. Every `intervalMs` (HPA's sync
+ * period) it reads its signal the way a real one does — it probes the
+ * instances (queue depth, concurrency, KV use) or asks the metrics collector
+ * (SLO attainment) — and starts or stops instances.
+ *
+ * One sync, as `reconcileAutoscaler` (pkg/controller/podautoscaler/horizontal.go):
+ *
+ * 1. Proposal. `queue_depth` / `concurrency` / `kv_utilization`: the mean of
+ *    `waiting` (vLLM's `num_requests_waiting`), of `waiting + running` or of
+ *    `kvUtilization` over the instances that answered, as replica_calculator.go's
+ *    `calcPlainMetricReplicas`: ratio = mean ÷ target; within
+ *    {@linkcode HPA_TOLERANCE} of 1 it proposes the current count, else
+ *    ⌈ratio × answered⌉. Instances still provisioning are HPA's unready pods,
+ *    those probed that did not answer (crashed, partitioned) its missing pods:
+ *    with any missing, or unready on a scale-up, the ratio is recomputed with
+ *    the missing at 0 (scale-up) or at target (scale-down) and the unready at
+ *    0 (scale-up only); a result within tolerance, or across 1 from the first
+ *    ratio, or moving the count against the ratio, proposes the current count;
+ *    else ⌈new ratio × instances counted⌉. No answer at all: no decision.
+ *    `slo_attainment` (a project invention, not HPA's): below target, the ready
+ *    instances times the miss ratio over the one allowed, (1 − value) ÷
+ *    (1 − target), at least one more unless some are provisioning; at or above
+ *    it, one fewer; nothing finished: no decision.
+ * 2. Stabilisation. Every proposal is remembered (the first sync also
+ *    remembers the starting count, `recordInitialRecommendation`). Without
+ *    `behavior` (`stabilizeRecommendation`): the highest proposal of the last
+ *    `cooldownMs`. With it (`stabilizeRecommendationWithBehaviors`): the current
+ *    count raised to the lowest proposal of the last `scaleUp` window, lowered
+ *    to the highest of the last `scaleDown` window.
+ * 3. Limits. Without `behavior` (`convertDesiredReplicasWithRules`): clamped to
+ *    [min, min(max, max(2 × current, 4))] (`calculateScaleUpLimit`). With it
+ *    (`convertDesiredReplicasWithBehaviorRate`): each policy measures its
+ *    period back from now; the count at the period's start is the current one
+ *    less the instances added within it plus those removed; `Pods` allows that
+ *    ± value, `Percent` ⌈start × (1 + value/100)⌉ up and start × (1 − value/100)
+ *    truncated down; `selectPolicy` takes the largest change (`Max`), the smallest
+ *    (`Min`) or none (`Disabled`) (`calculateScaleUpLimitWithScalingRules`,
+ *    `calculateScaleDownLimitWithBehaviors`); then clamped to [min, max].
+ * 4. Action. Up: `provision` to the lowest-index unprovisioned instances,
+ *    ready `provisionMs` later (cold). Down: `decommission` in a ReplicaSet's
+ *    order (`ActivePodsWithRanks`): instances not ready first (their
+ *    provisioning cancelled at once), then the most recently provisioned, which
+ *    drain, then stop. There is no
+ *    cooldown after an action (autoscaling/v2 has none). A decommissioned
+ *    instance is provisioned again only once it has stopped — the autoscaler
+ *    probes it every tick and takes it as stopped when it answers with nothing
+ *    waiting or running, or does not answer by the next tick. One `scaled`
+ *    record goes to the metrics at the start and one after every change.
+ *
+ * A window or period counts what happened strictly less than its length ago:
+ * a recommendation or a change exactly one window old no longer counts (in
+ * HPA's wall-clock time the boundary is a matter of nanoseconds; in virtual
+ * time it must be decided, and a 15 s period then spans one 15 s sync).
+ *
+ * Probe rounds. Each tick sends one probe per active, ready instance and
+ * decides as soon as every one has answered; probes that are still
+ * unanswered at the next tick are given up and the round is decided then on
+ * the replies that came, the silent instances counted missing. A reply
+ * counts in the round open when it arrives (probes carry no round id), so the
+ * instances' network delay is assumed shorter than `intervalMs`.
  *
  * @example
  * ```ts ignore
@@ -115,6 +333,9 @@ export function checkAutoscaleConfig(config: AutoscaleConfig, instanceCount: num
  */
 export class Autoscaler implements Actor<AutoscalerMessage> {
   readonly #config: AutoscaleConfig;
+  readonly #behavior: ResolvedBehavior | undefined;
+  /** How long a scaling change can matter to a policy, ms. */
+  readonly #longestPeriodMs: number;
   readonly #instances: readonly ActorRef<LifecycleCommand>[];
   readonly #router: ActorRef<InstanceStatus>;
   readonly #metrics: ActorRef<MetricsCommand>;
@@ -124,21 +345,23 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
   readonly #order: number[] = [];
   #probe: Probe | undefined;
   #started = false;
-  #lastActionMs = 0;
-  /** Attainment: when it was last read below target. */
-  #lastBelowMs = -Infinity;
-  /** Queue and KV signals: the recommendations of the last `cooldownMs`, as [time, instances]. */
-  readonly #recent: [number, number][] = [];
-  /** The open probe round: deciding on it, replies awaited, and what came so far. */
+  /** The proposals still inside a stabilisation window (the starting count first), oldest first. */
+  readonly #recommendations: Stamped[] = [];
+  #initialRecorded = false;
+  /** With a behavior: the instances added and removed, per change, still inside a policy's period. */
+  readonly #added: Stamped[] = [];
+  readonly #removed: Stamped[] = [];
+  /** The open probe round: deciding on it, replies awaited, what came so far, the instances not ready. */
   #deciding = false;
   #awaiting = 0;
   #sum = 0;
   #replies = 0;
+  #unready = 0;
   readonly #probed: Uint8Array;
   readonly #answered: Uint8Array;
 
   /**
-   * @param config Bounds, signal and pace (checked: see {@linkcode checkAutoscaleConfig}).
+   * @param config Bounds, signal, pace and behavior (checked: see {@linkcode checkAutoscaleConfig}).
    * @param instances Every instance it may start or stop, by index.
    * @param router Where a started or stopped instance reports (the `replyTo` of its commands).
    * @param metrics Where its decisions go, and whom it asks for SLO attainment.
@@ -151,6 +374,11 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
   ) {
     checkAutoscaleConfig(config, instances.length);
     this.#config = config;
+    this.#behavior = resolveBehavior(config);
+    const b = this.#behavior;
+    this.#longestPeriodMs = b === undefined
+      ? 0
+      : Math.max(...[...b.scaleUp.policies, ...b.scaleDown.policies].map((p) => p.periodMs));
     this.#instances = instances;
     this.#router = router;
     this.#metrics = metrics;
@@ -173,7 +401,6 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
         if (this.#started) return;
         this.#started = true;
         this.#probe = Object.freeze({ type: "probe", replyTo: ctx.self });
-        this.#lastActionMs = ctx.now();
         this.#record(ctx, null, "hold");
         ctx.scheduleBackground(this.#config.intervalMs, TICK);
         break;
@@ -184,9 +411,11 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
       case "status":
         this.#reply(message, ctx);
         break;
-      case "slo_window":
-        this.#decide(message.finished === 0 ? null : message.met / message.finished, ctx);
+      case "slo_window": {
+        const value = message.finished === 0 ? null : message.met / message.finished;
+        this.#decide(value === null ? null : this.#sloProposal(value, ctx.now()), value, ctx);
         break;
+      }
       default:
         assertNever(message);
     }
@@ -194,7 +423,7 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
 
   /** Closes the last round, then reads the signal afresh. */
   #tick(ctx: ActorContext<AutoscalerMessage>): void {
-    if (this.#deciding) this.#decide(this.#replies === 0 ? null : this.#sum / this.#replies, ctx);
+    if (this.#deciding) this.#closeRound(ctx);
     const now = ctx.now(), slots = this.#slots;
     for (let i = 0; i < slots.length; i++) {
       // A draining instance that did not answer last round has stopped.
@@ -205,8 +434,13 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
     this.#answered.fill(0);
     const probeActive = this.#config.signal !== "slo_attainment";
     this.#deciding = probeActive;
-    this.#awaiting = this.#sum = this.#replies = 0;
+    this.#awaiting =
+      this.#sum =
+      this.#replies =
+      this.#unready =
+        0;
     for (let i = 0; i < slots.length; i++) {
+      if (slots[i] === Slot.Provisioning) this.#unready++;
       if (slots[i] === Slot.Draining || (probeActive && slots[i] === Slot.Active)) {
         this.#probed[i] = slots[i] === Slot.Active ? PROBED_ACTIVE : PROBED_DRAINING;
         if (slots[i] === Slot.Active) this.#awaiting++;
@@ -214,7 +448,7 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
       }
     }
     if (!probeActive) ctx.send(this.#metrics, { type: "slo_probe", replyTo: ctx.self });
-    else if (this.#awaiting === 0) this.#decide(null, ctx);
+    else if (this.#awaiting === 0) this.#closeRound(ctx);
   }
 
   /** A probe's answer: a draining instance's progress, or one value of the round's signal. */
@@ -236,81 +470,133 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
       ? status.waiting + status.running
       : status.kvUtilization;
     this.#replies++;
-    if (--this.#awaiting === 0) this.#decide(this.#sum / this.#replies, ctx);
+    if (--this.#awaiting === 0) this.#closeRound(ctx);
   }
 
-  /** Applies the decision rule to one reading of the signal (null: none), acting and recording on a change. */
-  #decide(signal: number | null, ctx: ActorContext<AutoscalerMessage>): void {
+  /** Decides on the round's answers; the probes still unanswered are HPA's missing pods. */
+  #closeRound(ctx: ActorContext<AutoscalerMessage>): void {
+    const round: Round = {
+      sum: this.#sum,
+      replies: this.#replies,
+      missing: this.#awaiting,
+      unready: this.#unready,
+    };
+    if (round.replies === 0) return this.#decide(null, null, ctx);
+    const proposal = proposeReplicas(round, this.#config.target, this.#order.length);
+    this.#decide(proposal, round.sum / round.replies, ctx);
+  }
+
+  /**
+   * The SLO signal's proposal (a project invention): below target, the ready
+   * instances times the miss ratio over the one allowed (as HPA's usage over
+   * target), at least one more unless some are still provisioning (they count
+   * as idle, as HPA's unready pods); at or above it, one fewer — which the
+   * scale-down stabilisation lets through once a whole window has been so.
+   */
+  #sloProposal(value: number, now: number): number {
+    const current = this.#order.length, target = this.#config.target;
+    if (value >= target) return current - 1;
+    const provisioning = this.#provisioning(now);
+    const ratio = (1 - value) / (1 - target);
+    return Math.max(current + (provisioning > 0 ? 0 : 1), ceil((current - provisioning) * ratio));
+  }
+
+  /**
+   * One sync's decision on a proposal (null: nothing to read — HPA's metrics
+   * error, no decision): stabilised, limited, acted on and recorded on a change.
+   */
+  #decide(proposal: number | null, signal: number | null, ctx: ActorContext<AutoscalerMessage>): void {
     this.#deciding = false;
     const now = ctx.now(), current = this.#order.length;
-    const wanted = signal === null ? current : this.#stabilised(
-      this.#wanted(signal, current, now, this.#provisioning(now)),
-      now,
-    );
-    let changed = 0;
-    if (wanted > current) changed = this.#scaleOut(wanted - current, ctx);
-    else if (wanted < current && now - this.#lastActionMs >= this.#config.cooldownMs) {
-      changed = -this.#scaleIn(current - wanted, ctx);
+    if (!this.#initialRecorded) {
+      // horizontal.go `recordInitialRecommendation`: the starting count is the first recommendation.
+      this.#initialRecorded = true;
+      this.#recommendations.push([now, current]);
     }
+    if (proposal === null) return;
+    const desired = this.#behavior === undefined
+      ? this.#normalize(proposal, current, now)
+      : this.#normalizeWithBehavior(proposal, current, now, this.#behavior);
+    let changed = 0;
+    if (desired > current) changed = this.#scaleOut(desired - current, ctx);
+    else if (desired < current) changed = -this.#scaleIn(current - desired, ctx);
     if (changed === 0) return;
-    this.#lastActionMs = now;
+    if (this.#behavior !== undefined) {
+      (changed > 0 ? this.#added : this.#removed).push([now, Math.abs(changed)]);
+      for (const events of [this.#added, this.#removed]) {
+        while (events.length > 0 && events[0][0] <= now - this.#longestPeriodMs) events.shift();
+      }
+    }
     this.#record(ctx, signal, changed > 0 ? "up" : "down");
   }
 
   /**
-   * Kubernetes HPA's scale-down stabilisation (queue and KV signals): the
-   * count wanted is the highest recommendation of the last `cooldownMs`, so
-   * one quiet reading in a busy stretch does not shed the fleet. Scale-out
-   * is never held back.
+   * Without a behavior (horizontal.go `normalizeDesiredReplicas`): the highest
+   * proposal of the last `cooldownMs` (`stabilizeRecommendation`), clamped to
+   * [min, min(max, max(2 × current, 4))] (`convertDesiredReplicasWithRules`,
+   * `calculateScaleUpLimit`).
    */
-  #stabilised(wanted: number, now: number): number {
-    if (this.#config.signal === "slo_attainment") return wanted;
-    const recent = this.#recent, window = this.#config.cooldownMs;
-    recent.push([now, wanted]);
-    while (recent.length > 0 && recent[0][0] < now - window) recent.shift();
-    let most = wanted;
-    for (const [, n] of recent) most = Math.max(most, n);
-    return most;
+  #normalize(proposal: number, current: number, now: number): number {
+    const { min, max, cooldownMs } = this.#config;
+    const [, highest] = this.#stabilise(proposal, now, 0, cooldownMs);
+    const ceiling = Math.min(max, Math.max(2 * current, 4));
+    return highest < min ? min : highest > ceiling ? ceiling : highest;
+  }
+
+  /**
+   * With a behavior (horizontal.go `normalizeDesiredReplicasWithBehaviors`):
+   * the current count raised to the lowest proposal of the scale-up window and
+   * lowered to the highest of the scale-down window
+   * (`stabilizeRecommendationWithBehaviors`), then held within the policies'
+   * limits and [min, max] (`convertDesiredReplicasWithBehaviorRate`).
+   */
+  #normalizeWithBehavior(proposal: number, current: number, now: number, b: ResolvedBehavior): number {
+    const { min, max } = this.#config;
+    const [lowest, highest] = this.#stabilise(
+      proposal,
+      now,
+      b.scaleUp.stabilizationWindowMs,
+      b.scaleDown.stabilizationWindowMs,
+    );
+    const stabilised = Math.min(Math.max(current, lowest), highest);
+    if (stabilised > current) {
+      const limit = Math.max(current, scaleUpLimit(current, b.scaleUp, this.#added, this.#removed, now));
+      return Math.min(stabilised, max, limit);
+    }
+    if (stabilised < current) {
+      const limit = Math.min(current, scaleDownLimit(current, b.scaleDown, this.#added, this.#removed, now));
+      return Math.max(stabilised, min, limit);
+    }
+    return current;
+  }
+
+  /**
+   * The lowest proposal of the last `upWindowMs` and the highest of the last
+   * `downWindowMs`, this one included; then remembers this one.
+   */
+  #stabilise(proposal: number, now: number, upWindowMs: number, downWindowMs: number): [number, number] {
+    const recent = this.#recommendations;
+    let lowest = proposal, highest = proposal;
+    for (const [t, n] of recent) {
+      if (t > now - upWindowMs) lowest = Math.min(lowest, n);
+      if (t > now - downWindowMs) highest = Math.max(highest, n);
+    }
+    recent.push([now, proposal]);
+    const horizon = now - Math.max(upWindowMs, downWindowMs);
+    while (recent.length > 0 && recent[0][0] <= horizon) recent.shift();
+    return [lowest, highest];
   }
 
   /** Instances provisioned and not ready yet. */
   #provisioning(now: number): number {
     let n = 0;
-    for (const i of this.#order) if (this.#slots[i] === Slot.Provisioning && this.#readyAtMs[i] > now) n++;
+    for (const i of this.#order) if (!this.#ready(i, now)) n++;
     return n;
   }
 
-  /**
-   * The instances the rule wants for a reading (clamped to [min, max]),
-   * before the cooldown. Scaling out, instances still provisioning count as
-   * idle (HPA takes a not-yet-ready pod as using nothing), so the
-   * instances already coming are not asked for again: without it the rule
-   * would multiply the fleet every tick until the first new one is ready.
-   * Attainment holds while any is still provisioning, for the same reason.
-   */
-  #wanted(signal: number, current: number, now: number, provisioning: number): number {
-    const { min, max, target } = this.#config;
-    let wanted: number;
-    if (this.#config.signal === "slo_attainment") {
-      if (signal < target) {
-        // The miss ratio over the one allowed, as HPA's usage over target; instances still coming count as idle.
-        this.#lastBelowMs = now;
-        const ratio = (1 - signal) / (1 - target);
-        wanted = Math.max(
-          current + (provisioning > 0 ? 0 : 1),
-          Math.ceil((current - provisioning) * ratio - SLACK),
-        );
-      } else wanted = now - this.#lastBelowMs >= this.#config.cooldownMs ? current - 1 : current;
-    } else {
-      const ratio = signal / target;
-      const ready = current - provisioning;
-      wanted = Math.abs(ratio - 1) <= HPA_TOLERANCE + SLACK
-        ? current
-        : ratio > 1
-        ? Math.max(current, Math.ceil(current * (ratio * ready / current) - SLACK))
-        : Math.ceil(current * ratio - SLACK);
-    }
-    return Math.min(max, Math.max(min, wanted));
+  #ready(i: number, now: number): boolean {
+    return this.#slots[i] === Slot.Active ||
+      (this.#slots[i] === Slot.Provisioning && this.#readyAtMs[i] <= now);
   }
 
   /** Provisions up to `count` unprovisioned instances, lowest index first; returns how many. */
@@ -328,19 +614,24 @@ export class Autoscaler implements Actor<AutoscalerMessage> {
     return done;
   }
 
-  /** Decommissions up to `count` ready instances, the most recently provisioned first; returns how many. */
+  /**
+   * Decommissions `count` instances in a ReplicaSet's order (pkg/controller
+   * `ActivePodsWithRanks`: not ready before ready, then the most recently
+   * provisioned first); returns how many. One not ready yet stops at once (its
+   * provisioning is cancelled); a ready one drains first.
+   */
   #scaleIn(count: number, ctx: ActorContext<AutoscalerMessage>): number {
-    const order = this.#order;
+    const order = this.#order, now = ctx.now();
     let done = 0;
-    for (let k = order.length - 1; k >= 0 && done < count; k--) {
-      const i = order[k];
-      const ready = this.#slots[i] === Slot.Active ||
-        (this.#slots[i] === Slot.Provisioning && this.#readyAtMs[i] <= ctx.now());
-      if (!ready) continue;
-      this.#slots[i] = Slot.Draining;
-      order.splice(k, 1);
-      ctx.send(this.#instances[i], { type: "decommission", replyTo: this.#router });
-      done++;
+    for (const ready of [false, true]) {
+      for (let k = order.length - 1; k >= 0 && done < count; k--) {
+        const i = order[k];
+        if (this.#ready(i, now) !== ready) continue;
+        this.#slots[i] = ready ? Slot.Draining : Slot.Off;
+        order.splice(k, 1);
+        ctx.send(this.#instances[i], { type: "decommission", replyTo: this.#router });
+        done++;
+      }
     }
     return done;
   }

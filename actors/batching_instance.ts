@@ -1,11 +1,12 @@
 /**
  * @module
- * A continuous-batching serving instance (vLLM-like): the engine runs steps;
- * each step packs the decoding sequences and prefill chunks up to a token
- * budget and a sequence limit; step time = stepMs + prefillMsPerToken ×
+ * A continuous-batching serving instance (vLLM v1-like): the engine runs
+ * steps; each step packs the decoding sequences and prefill chunks up to a
+ * token budget and a sequence limit; step time = stepMs + prefillMsPerToken ×
  * prefill tokens + decodeMsPerSeq × decoding sequences. KV memory is counted
- * in blocks with prefix caching by block key, LRU eviction of unreferenced
- * blocks and preemption (recompute) when blocks run out.
+ * in blocks, taken per scheduled chunk; full keyed blocks are cached (hits for
+ * others) as soon as they are scheduled; unreferenced blocks are evicted LRU;
+ * a sequence that cannot get its next chunk's blocks preempts the newest.
  */
 import { HostKvTier } from "./host_kv_tier.ts";
 import { KvBlockCache } from "./kv_block_cache.ts";
@@ -124,9 +125,15 @@ interface Sequence {
   generated: number;
   /** Prompt tokens found cached at first admission. */
   cachedTokens: number;
-  /** Cached keys this sequence references (`0..keys−1`). */
+  /**
+   * Cached keyed blocks this sequence references (`0..keys−1`): its hits, and
+   * its own keyed blocks from the step that scheduled them on.
+   */
   keys: number;
-  /** Blocks held privately. */
+  /**
+   * Blocks held privately: unkeyed ones (suffix, output), and keyed ones not
+   * cached (yet: a pull or host load on the way; ever: prefix caching off).
+   */
   privateBlocks: number;
   /** Tokens scheduled in the current step (0: not in the step). */
   chunk: number;
@@ -289,6 +296,11 @@ export class BatchingInstance extends InstanceActor<Own> {
     return this.#running.length;
   }
 
+  /** Preemptions so far (vLLM's `vllm:num_preemptions`). */
+  get preemptions(): number {
+    return this.#preemptions;
+  }
+
   protected onOwn(message: Own, ctx: ActorContext<BatchingCommand>): void {
     switch (message.type) {
       case "step_done":
@@ -303,7 +315,7 @@ export class BatchingInstance extends InstanceActor<Own> {
         return this.#hostLoaded(message.requestId, ctx);
       case "pd_abandoned":
         this.#replyTo = message.replyTo;
-        this.countFinished(message.replica);
+        this.countFinished(message.replica, message.requestId);
         return this.#report(ctx, true);
       default:
         assertNever(message);
@@ -402,7 +414,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     this.#account(now);
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
-    this.countFinished(seq.command.replica);
+    this.countFinished(seq.command.replica, requestId);
     // The freed blocks may admit a request that was waiting for them.
     if (!this.#stepping) this.#startStep(ctx);
     this.#report(ctx, false);
@@ -417,7 +429,8 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (!seq.awaitingKv) return; // preempted while pulling: it recomputes here instead
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     seq.awaitingKv = false;
-    this.#publishPrompt(seq, ctx.now());
+    // vLLM's `_update_waiting_for_remote_kv`: the pulled blocks are cached once they are here.
+    this.#cacheUpTo(seq, seq.target, ctx.now());
     if (!this.#stepping) this.#startStep(ctx);
   }
 
@@ -442,17 +455,9 @@ export class BatchingInstance extends InstanceActor<Own> {
     this.#loading.delete(requestId);
     if (this.#stretch !== undefined) this.#endStretch(ctx);
     seq.awaitingKv = false;
+    // Loaded blocks are cached once they are here, as a pull's are.
+    this.#cacheUpTo(seq, seq.computed, ctx.now());
     if (!this.#stepping) this.#startStep(ctx);
-  }
-
-  /** The prompt's keyed blocks become reusable (a prefill finished here, or its KV arrived). */
-  #publishPrompt(seq: Sequence, now: number): void {
-    if (this.#options.prefixCaching && seq.keys < seq.keyedBlocks) {
-      this.#account(now);
-      this.cache.publish(seq.blockKeys, seq.keys, seq.keyedBlocks);
-      seq.privateBlocks -= seq.keyedBlocks - seq.keys;
-      seq.keys = seq.keyedBlocks;
-    }
   }
 
   /** A stretch in progress ends before anything new happens here. */
@@ -540,37 +545,38 @@ export class BatchingInstance extends InstanceActor<Own> {
     };
   }
 
-  /** Builds and starts the next step, if there is work. */
+  /**
+   * Builds and starts the next step, if there is work: vLLM v1's `schedule()`.
+   * Running sequences first, in admission order: each gets its next chunk
+   * (prefill) or token (decode) and the blocks for it, preempting the newest
+   * when there are none; then, unless that preempted anyone, waiting requests
+   * in order while budget, sequence slots and blocks allow.
+   */
   #startStep(ctx: ActorContext<BatchingCommand>): void {
-    const o = this.#options, B = o.blockTokens;
+    const o = this.#options;
     let budget = o.maxBatchTokens;
     let prefillTokens = 0, decoding = 0;
-    const running = this.#running;
+    const running = this.#running, preemptionsBefore = this.#preemptions;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const seq = running[i];
       if (seq.awaitingKv) continue;
-      if (seq.computed < seq.target) {
-        seq.chunk = Math.min(seq.target - seq.computed, budget);
-        budget -= seq.chunk;
-        prefillTokens += seq.chunk;
-        continue;
-      }
-      // Decoding: the next token needs room in the sequence's last block.
-      const tokens = seq.target + 1;
-      if (tokens > (seq.keys + seq.privateBlocks) * B) {
-        if (!this.#allocateOrPreempt(seq, ctx)) {
-          i--; // `seq` itself was preempted; the list shifted
-          continue;
-        }
-      }
-      seq.chunk = 1;
-      budget -= 1;
-      decoding++;
+      const prefill = seq.computed < seq.target;
+      const chunk = prefill ? Math.min(seq.target - seq.computed, budget) : 1;
+      // Preempted itself: it was the newest, so nothing after it is left.
+      if (!this.#allocateOrPreempt(seq, seq.computed + chunk, ctx)) break;
+      seq.chunk = chunk;
+      budget -= chunk;
+      if (prefill) {
+        prefillTokens += chunk;
+        this.#cacheScheduled(seq, ctx.now());
+      } else decoding++;
     }
-    // Admit waiting requests, in order, while budget, sequence slots and blocks allow.
-    while (budget > 0 && running.length < o.maxSeqs && this.waiting > 0) {
+    // vLLM admits nobody in a step that preempted, unless the step would be
+    // empty (its next, immediate schedule() would admit them).
+    const mayAdmit = this.#preemptions === preemptionsBefore || prefillTokens + decoding === 0;
+    while (mayAdmit && budget > 0 && running.length < o.maxSeqs && this.waiting > 0) {
       const seq = this.#waiting[this.#waitingHead];
-      if (!this.#admit(seq, ctx)) break;
+      if (!this.#admit(seq, budget, ctx)) break;
       this.#waitingHead++;
       this.#waitingPromptTokens -= this.#toPrefill(seq);
       running.push(seq);
@@ -578,6 +584,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
       prefillTokens += seq.chunk;
+      this.#cacheScheduled(seq, ctx.now());
     }
     if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
       this.#waiting = this.#waiting.slice(this.#waitingHead);
@@ -721,34 +728,40 @@ export class BatchingInstance extends InstanceActor<Own> {
     }
   }
 
-  /** Admits `seq`: references its cached prefix and allocates the rest of its prompt. */
-  #admit(seq: Sequence, ctx: ActorContext<BatchingCommand>): boolean {
+  /**
+   * Admits `seq` if there are blocks for it (vLLM's `get_computed_blocks`,
+   * the connector's match, then `allocate_slots`): its cached prefix — which
+   * includes blocks that sequences scheduled earlier in this same step are
+   * computing now — is referenced; its host-tier blocks (loaded before it
+   * runs) and its first chunk, at most `budget` tokens, get new blocks; a
+   * decode leg gets blocks for its whole prompt, which arrives whole. Changes
+   * nothing and returns false when the blocks are not there.
+   */
+  #admit(seq: Sequence, budget: number, ctx: ActorContext<BatchingCommand>): boolean {
     const B = this.#options.blockTokens;
-    const cache = this.cache;
+    const cache = this.cache, keys = seq.blockKeys, leg = seq.leg;
     // At least one token is always computed, so a full hit still runs one step.
     const limit = Math.min(seq.keyedBlocks, Math.floor((seq.target - 1) / B));
-    const hits = cache.matchPrefix(seq.blockKeys, limit);
-    const needed = Math.ceil(seq.target / B) - hits;
+    const hits = cache.matchPrefix(keys, limit);
+    // The host tier continues the GPU's match.
+    const loaded = this.host === undefined || leg?.phase === "decode"
+      ? 0
+      : this.host.match(keys, hits, limit);
+    const computed = (hits + loaded) * B;
+    const tokens = leg?.phase === "decode" ? seq.target : loaded > 0
+      ? computed // its first chunk waits for the load
+      : computed + Math.min(seq.target - computed, budget);
+    const needed = Math.ceil(tokens / B) - hits;
+    if (needed + cache.unreferenced(keys, hits) > cache.free + cache.evictable) return false;
     this.#account(ctx.now());
-    cache.acquire(seq.blockKeys, hits);
-    if (!cache.allocate(needed)) {
-      cache.release(seq.blockKeys, hits, 0);
-      return false;
-    }
+    if (loaded > 0) this.host!.take(keys, hits, loaded);
+    cache.acquire(keys, hits);
+    cache.allocate(needed);
     seq.keys = hits;
     seq.privateBlocks = needed;
     if (seq.generated === 0) this.#prefilling++;
-    seq.computed = hits * B;
-    const leg = seq.leg;
-    // The host tier continues the GPU's match (after the allocation, which may have demoted more).
-    const loaded = this.host === undefined || leg?.phase === "decode"
-      ? 0
-      : this.host.match(seq.blockKeys, hits, limit);
-    if (loaded > 0) {
-      this.host!.take(seq.blockKeys, hits, loaded);
-      seq.computed = (hits + loaded) * B;
-      this.#loadFromHost(seq, loaded, ctx);
-    }
+    seq.computed = computed;
+    if (loaded > 0) this.#loadFromHost(seq, loaded, ctx);
     if (leg?.phase === "decode") {
       // Its KV comes from the prefill instance: all but the blocks held here.
       const local = Math.min(hits * B, seq.target);
@@ -766,23 +779,49 @@ export class BatchingInstance extends InstanceActor<Own> {
       });
     } else if (seq.cachedTokens < 0) {
       const prompt = seq.request.prefixTokens + seq.request.suffixTokens;
-      seq.cachedTokens = Math.min((hits + loaded) * B, prompt);
+      seq.cachedTokens = Math.min(computed, prompt);
       seq.hostTokens = seq.cachedTokens - Math.min(hits * B, prompt);
       seq.startMs = ctx.now();
     }
     return true;
   }
 
-  /** Finds one more block for decoding `seq`, preempting the latest admitted sequences if needed. */
-  #allocateOrPreempt(seq: Sequence, ctx: ActorContext<BatchingCommand>): boolean {
+  /**
+   * Gives `seq` the blocks to hold `tokens` KV tokens (its next chunk or
+   * decode token), preempting the newest running sequences while there are
+   * none — vLLM's FCFS `self.running.pop()`. Returns false when `seq` itself
+   * was preempted.
+   */
+  #allocateOrPreempt(seq: Sequence, tokens: number, ctx: ActorContext<BatchingCommand>): boolean {
+    const needed = Math.ceil(tokens / this.#options.blockTokens) - seq.keys - seq.privateBlocks;
+    if (needed <= 0) return true;
     this.#account(ctx.now());
-    while (!this.cache.allocate(1)) {
+    while (!this.cache.allocate(needed)) {
       const victim = this.#running[this.#running.length - 1];
       this.#preempt(victim);
       if (victim === seq) return false;
     }
-    seq.privateBlocks++;
+    seq.privateBlocks += needed;
     return true;
+  }
+
+  /** The full keyed blocks of the chunk just scheduled for `seq` are cached: hits for any request from now on. */
+  #cacheScheduled(seq: Sequence, now: number): void {
+    this.#cacheUpTo(seq, seq.computed + seq.chunk, now);
+  }
+
+  /**
+   * Caches `seq`'s private keyed blocks among its first `tokens` tokens
+   * (vLLM's `cache_blocks(request, num_tokens)` caches every full block;
+   * only prompt blocks carry keys here: design.md, "Block life").
+   */
+  #cacheUpTo(seq: Sequence, tokens: number, now: number): void {
+    const to = Math.min(seq.keyedBlocks, Math.floor(tokens / this.#options.blockTokens));
+    if (!this.#options.prefixCaching || to <= seq.keys) return;
+    this.#account(now);
+    this.cache.publish(seq.blockKeys, seq.keys, to);
+    seq.privateBlocks -= to - seq.keys;
+    seq.keys = to;
   }
 
   /**
@@ -849,8 +888,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (seq.computed < seq.target) {
       seq.computed += seq.chunk;
       if (seq.computed < seq.target) return;
-      // Prefill complete: its keyed prompt blocks become reusable.
-      this.#publishPrompt(seq, now);
+      // Prefill complete (its keyed blocks were cached when scheduled).
       if (seq.leg?.phase === "prefill") {
         // A prefill leg's first token is its decode instance's to produce.
         seq.handOff = true;

@@ -23,6 +23,8 @@ export interface CacheView {
   hostMatchedBlocks?(instance: number, keys: BlockKeys, matched: number): number;
   /** Whether any instance has a host tier (else there is nothing beyond `matched`). @default false */
   readonly hasHostTier?: boolean;
+  /** Blocks (or groups) believed cached at `instance`: the size of its index, Dynamo's tie-break. @default absent: 0 */
+  cachedBlockCount?(instance: number): number;
   /** Whether `routed` must be called (only the approximate view learns from routing). */
   readonly learnsFromRouting: boolean;
   /** The router sent `request` to `instance`. */
@@ -51,6 +53,18 @@ export interface CacheViewOptions {
   /** Approximate view: entries per instance (groups or blocks); one number for all, or one each. */
   readonly capacity: number | readonly number[];
   /**
+   * Approximate view of blocks: it matches whole chunks of this many blocks
+   * (an index of 128-character chunks sees no partial chunk). @default 1
+   */
+  readonly chunkBlocks?: number;
+  /**
+   * Approximate view of blocks: the leading blocks of a prompt it matches and
+   * inserts (llm-d hashes at most 256). @default Infinity
+   */
+  readonly maxBlocks?: number;
+  /** Tokens per block (the engine's): a prompt's full blocks are what an index of blocks inserts. @default 16 */
+  readonly blockTokens?: number;
+  /**
    * Per instance, blocks of its host-memory KV tier (blocks unit only): the
    * view mirrors each tier from the GPU cache it believes in, since a tier
    * holds what its GPU cache evicted. @default none
@@ -63,7 +77,11 @@ export function createCacheView(instanceCount: number, options: CacheViewOptions
   const tiers = hostTiers(instanceCount, options);
   return options.kind === "exact"
     ? new ExactCacheView(instanceCount, options.unit, tiers)
-    : new ApproximateCacheView(instanceCount, options.unit, options.capacity, tiers);
+    : new ApproximateCacheView(instanceCount, options.unit, options.capacity, tiers, {
+      chunkBlocks: options.chunkBlocks,
+      maxBlocks: options.maxBlocks,
+      blockTokens: options.blockTokens,
+    });
 }
 
 /** The mirrored host tiers, one per instance (undefined where it has none); undefined when none has one. */
@@ -107,6 +125,8 @@ export class ExactCacheView implements CacheView {
   readonly #groups: Set<number>[];
   /** Per instance: run key → leading blocks cached. */
   readonly #runs: ReportedRuns[];
+  /** Per instance: blocks cached in all its runs (groups held, for the group unit). */
+  readonly #totals: Float64Array;
   readonly #unit: "groups" | "blocks";
   readonly #instanceCount: number;
 
@@ -121,10 +141,15 @@ export class ExactCacheView implements CacheView {
     this.hasHostTier = tiers !== undefined;
     this.#groups = Array.from({ length: instanceCount }, () => new Set<number>());
     this.#runs = unit === "blocks" ? Array.from({ length: instanceCount }, () => new ReportedRuns()) : [];
+    this.#totals = new Float64Array(instanceCount);
   }
 
   holds(instance: number, group: number): boolean {
     return this.#groups[instance].has(group);
+  }
+
+  cachedBlockCount(instance: number): number {
+    return this.#unit === "groups" ? this.#groups[instance].size : this.#totals[instance];
   }
 
   matchedBlocks(instance: number, request: Request, keys: BlockKeys): number {
@@ -148,6 +173,7 @@ export class ExactCacheView implements CacheView {
   forget(instance: number): void {
     this.#groups[instance].clear();
     this.#runs[instance]?.clear();
+    this.#totals[instance] = 0;
     emptyTier(this.#tiers, instance);
   }
 
@@ -162,19 +188,23 @@ export class ExactCacheView implements CacheView {
     const changed = status.cachedRuns;
     if (changed !== undefined) {
       const runs = this.#runs[i], tier = this.#tiers?.[i];
+      let total = this.#totals[i];
       for (let j = 0; j < changed.length; j += 2) {
         tier?.gpuChanged(changed[j], changed[j + 1]);
+        total += changed[j + 1] - runs.cachedBlocks(changed[j]);
         if (changed[j + 1] > 0) runs.set(changed[j], changed[j + 1]);
         else runs.delete(changed[j]);
       }
+      this.#totals[i] = total;
     }
   }
 }
 
-/** The little a router-side index needs: membership and insert-or-touch. */
+/** The little a router-side index needs: membership, insert-or-touch, and its size. */
 interface Index {
   has(key: number): boolean;
   set(key: number, value: true): unknown;
+  readonly size: number;
 }
 
 /** An index without eviction (vLLM production-stack's trie never forgets). */
@@ -186,6 +216,29 @@ class UnboundedIndex implements Index {
   set(key: number): void {
     this.#keys.add(key);
   }
+  get size(): number {
+    return this.#keys.size;
+  }
+}
+
+/** The approximate view's matching rules: see {@linkcode CacheViewOptions}. */
+export interface IndexRules {
+  /** It matches whole chunks of this many blocks. @default 1 */
+  readonly chunkBlocks?: number;
+  /** Leading blocks of a prompt it matches and inserts. @default Infinity */
+  readonly maxBlocks?: number;
+  /** Tokens per block, to count a prompt's full blocks. @default 16 */
+  readonly blockTokens?: number;
+}
+
+/**
+ * The run of `count` blocks no other request shares: a prompt's unkeyed
+ * tail, which a real index inserts too (it indexes the whole text) and so
+ * counts against its capacity. Negative keys never meet a shared run's.
+ */
+function privateRun(requestId: number, count: number): BlockKeys {
+  const key = -1 - requestId;
+  return { count, keyAt: (j) => key * 2 ** 20 - j, runBlocks: Math.max(1, count), runKey: () => key };
 }
 
 /**
@@ -206,6 +259,9 @@ export class ApproximateCacheView implements CacheView {
   readonly #capacity: number | readonly number[];
   /** Block model: each group's first run key, learned when routing its requests. */
   readonly #firstKey = new Map<number, number>();
+  readonly #chunkBlocks: number;
+  readonly #maxBlocks: number;
+  readonly #blockTokens: number;
 
   /**
    * @param capacity Entries per instance (groups for the FIFO model, blocks for
@@ -217,10 +273,14 @@ export class ApproximateCacheView implements CacheView {
     unit: "groups" | "blocks",
     capacity: number | readonly number[],
     tiers?: (HostKvTier | undefined)[],
+    rules: IndexRules = {},
   ) {
     this.#unit = unit;
     this.#instanceCount = instanceCount;
     this.#capacity = capacity;
+    this.#chunkBlocks = rules.chunkBlocks ?? 1;
+    this.#maxBlocks = rules.maxBlocks ?? Infinity;
+    this.#blockTokens = rules.blockTokens ?? 16;
     this.#tiers = tiers;
     this.hasHostTier = tiers !== undefined;
     this.#groups = unit === "groups"
@@ -265,7 +325,23 @@ export class ApproximateCacheView implements CacheView {
   }
 
   emptyCopy(): ApproximateCacheView {
-    return new ApproximateCacheView(this.#instanceCount, this.#unit, this.#capacity, emptyTiers(this.#tiers));
+    return new ApproximateCacheView(
+      this.#instanceCount,
+      this.#unit,
+      this.#capacity,
+      emptyTiers(this.#tiers),
+      {
+        chunkBlocks: this.#chunkBlocks,
+        maxBlocks: this.#maxBlocks,
+        blockTokens: this.#blockTokens,
+      },
+    );
+  }
+
+  cachedBlockCount(instance: number): number {
+    if (this.#unit === "groups") return this.#groups[instance].size;
+    const index = this.#blocks[instance];
+    return index.held + index.evictable;
   }
 
   hostMatchedBlocks(instance: number, keys: BlockKeys, matched: number): number {
@@ -283,7 +359,9 @@ export class ApproximateCacheView implements CacheView {
     if (this.#unit === "groups") {
       return request.prefixGroup >= 0 && this.holds(instance, request.prefixGroup) ? keys.count : 0;
     }
-    return this.#blocks[instance].matchPrefix(keys, keys.count);
+    const matched = this.#blocks[instance].matchPrefix(keys, Math.min(keys.count, this.#maxBlocks));
+    const chunk = this.#chunkBlocks;
+    return chunk === 1 ? matched : matched - matched % chunk;
   }
 
   routed(instance: number, request: Request, keys: BlockKeys): void {
@@ -291,14 +369,33 @@ export class ApproximateCacheView implements CacheView {
       if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
       return;
     }
-    if (keys.count === 0) return;
-    if (request.prefixGroup >= 0) this.#firstKey.set(request.prefixGroup, keys.runKey(0));
-    // Touch the prefix already indexed, index the rest (as much as fits), and
-    // leave it all evictable: the deepest blocks the least recently used.
     const index = this.#blocks[instance];
-    const hits = index.matchPrefix(keys, keys.count);
+    const keyed = Math.min(keys.count, this.#maxBlocks);
+    // A bounded index holds the prompt's unshared full blocks too (they never
+    // match; they age out). Inserted first, they are the older: a prompt's
+    // tail goes before its prefix, as a tree evicts leaves first.
+    if (index.capacity < Number.MAX_SAFE_INTEGER) {
+      const full = Math.min(
+        Math.floor((request.prefixTokens + request.suffixTokens) / this.#blockTokens),
+        this.#maxBlocks,
+      );
+      if (full > keyed) this.#insert(index, privateRun(request.id, full - keyed), full - keyed);
+    }
+    if (keyed > 0) {
+      if (request.prefixGroup >= 0) this.#firstKey.set(request.prefixGroup, keys.runKey(0));
+      this.#insert(index, keys, keyed);
+    }
+  }
+
+  /**
+   * Touches the first `count` of `keys` already indexed, indexes the rest (as
+   * much as fits), and leaves it all evictable: the deepest blocks the least
+   * recently used.
+   */
+  #insert(index: KvBlockCache, keys: BlockKeys, count: number): void {
+    const hits = index.matchPrefix(keys, count);
     index.acquire(keys, hits);
-    const fresh = Math.min(keys.count - hits, index.free + index.evictable);
+    const fresh = Math.min(count - hits, index.free + index.evictable);
     index.allocate(fresh);
     if (fresh > 0) index.publish(keys, hits, hits + fresh);
     index.release(keys, hits + fresh, 0);

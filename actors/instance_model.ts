@@ -260,9 +260,14 @@ export abstract class InstanceActor<Own extends Message>
     return this.#counts.total;
   }
 
-  /** Counts one finished request, sent by router replica `replica` (absent: 0). */
-  protected countFinished(replica: number | undefined): void {
+  /**
+   * Counts one finished request, sent by router replica `replica` (absent:
+   * 0); `requestId`, when given, is reported to a router that accounts per
+   * request.
+   */
+  protected countFinished(replica: number | undefined, requestId?: number): void {
     this.#counts.count(replica);
+    if (requestId !== undefined) this.reporter.finished(requestId);
   }
 
   /** Counts into `counts` from now on (a fault wrapper's, which outlive this instance). */
@@ -312,6 +317,7 @@ export abstract class InstanceActor<Own extends Message>
         ...(command.request.sloClass !== undefined && { sloClass: command.request.sloClass }),
       });
       this.#counts.count(command.replica);
+      this.reporter.finished(command.request.id);
       this.dropped(command, ctx);
     }
     this.reportServed(command, ctx);
@@ -325,12 +331,14 @@ export abstract class InstanceActor<Own extends Message>
   ): void {
     ctx.send(this.metrics, { type: "completed", record });
     this.#counts.count(command.replica);
+    this.reporter.finished(command.request.id);
   }
 
   /**
    * Announces request `requestId`'s first token, `delayMs` from now, with
    * `tokenMs` the estimated time of each further token — only when the
-   * instance was asked to (`firstTokensTo`).
+   * instance was asked to (`firstTokensTo`) — and has the next status
+   * report tell a router that accounts per request.
    */
   protected firstToken(
     requestId: number,
@@ -338,6 +346,7 @@ export abstract class InstanceActor<Own extends Message>
     tokenMs: number,
     ctx: ActorContext<ServeCommand | ReportTick | Own>,
   ): void {
+    this.reporter.prefilled(requestId);
     const to = this.#firstTokensTo;
     if (to === undefined) return;
     const timeMs = ctx.now() + delayMs;

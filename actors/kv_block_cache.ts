@@ -124,6 +124,22 @@ export class KvBlockCache implements CachedRuns {
     return this.prefixCaching ? leadingCachedBlocks(keys, limit, this) : 0;
   }
 
+  /**
+   * How many of the first `count` keyed blocks, which must be cached (see
+   * `matchPrefix`), no request references: referencing them takes them off
+   * the evictable list, so an admission needs room for them as well as for
+   * its new blocks (vLLM's `get_num_blocks_to_allocate` counts such
+   * "evictable computed blocks" the same way).
+   */
+  unreferenced(keys: BlockKeys, count: number): number {
+    const per = keys.runBlocks;
+    let blocks = 0;
+    for (let r = 0, start = 0; start < count; r++, start += per) {
+      blocks += Math.max(0, Math.min(per, count - start) - this.#nodes.get(keys.runKey(r))!.held);
+    }
+    return blocks;
+  }
+
   /** References the first `count` keyed blocks, which must be cached (see `matchPrefix`). */
   acquire(keys: BlockKeys, count: number): void {
     const per = keys.runBlocks;

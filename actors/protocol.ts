@@ -100,6 +100,18 @@ export interface InstanceStatus {
    * is its own routings minus its entry. Absent with one replica.
    */
   readonly finishedBy?: readonly number[];
+  /**
+   * Requests that produced their first token here since the last report
+   * (ids), for a router that counts its own active prefill tokens (a policy
+   * reading `requests`). Absent when none, or not asked for.
+   */
+  readonly prefilledIds?: readonly number[];
+  /**
+   * Requests that finished here (completed or dropped) since the last
+   * report (ids), for a router that counts its own active blocks. Absent
+   * when none, or not asked for.
+   */
+  readonly finishedIds?: readonly number[];
   /** The instance takes no new requests (a `drain` fault, or scaled in): a router stops routing there. */
   readonly draining?: boolean;
   /**

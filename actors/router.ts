@@ -6,6 +6,7 @@
  * with their own views, probing the instances' health and retrying failures.
  */
 import type { RouterView, RoutingPolicy } from "./policies/policy.ts";
+import { ActiveRequests } from "./active_requests.ts";
 import { type CacheView, ExactCacheView } from "./cache_view.ts";
 import { type BlockKeys, blockKeys, keyedBlockCount } from "./prefix_keys.ts";
 import {
@@ -49,6 +50,12 @@ export interface InstanceTableOptions {
    * @default all
    */
   readonly initiallyAvailable?: number;
+  /**
+   * Count per request what was dispatched (active prefill tokens and
+   * blocks, Dynamo's `ActiveSequences`): for a policy that reads `requests`,
+   * whose instances then report first tokens and finishes by id. @default false
+   */
+  readonly requestAccounting?: boolean;
 }
 
 /** Which router replica an {@linkcode InstanceTable} belongs to, when replicas keep their own tables. */
@@ -209,6 +216,10 @@ export class InstanceTable implements RouterView {
   readonly capacity: Float64Array;
   readonly blockTokens: number;
   readonly cacheView: CacheView;
+  readonly activePrefillTokens: Float64Array;
+  readonly activeBlocks: Float64Array;
+  /** The router's per-request accounting, when a policy reads it. */
+  readonly #active: ActiveRequests | undefined;
   readonly #cacheUnit: "groups" | "blocks";
   #consulted = CONSULTED_NOTHING;
   readonly #routedTo: Int32Array;
@@ -255,6 +266,22 @@ export class InstanceTable implements RouterView {
     this.blockTokens = options.blockTokens ?? 16;
     this.cacheView = options.cacheView ?? new ExactCacheView(instanceCount, "groups");
     this.#cacheUnit = options.cacheUnit ?? "groups";
+    this.#active = options.requestAccounting === true
+      ? new ActiveRequests(instanceCount, this.blockTokens)
+      : undefined;
+    this.activePrefillTokens = this.#active?.prefillTokens ?? new Float64Array(instanceCount);
+    this.activeBlocks = this.#active?.blocks ?? new Float64Array(instanceCount);
+  }
+
+  newBlocks(instance: number, request: Request): number {
+    if (this.#active === undefined) {
+      return Math.ceil((request.prefixTokens + request.suffixTokens) / this.blockTokens);
+    }
+    return this.#active.newBlocks(instance, request, this.#keys(request));
+  }
+
+  cachedBlockCount(instance: number): number {
+    return this.cacheView.cachedBlockCount?.(instance) ?? 0;
   }
 
   holds(instance: number, group: number): boolean {
@@ -334,6 +361,8 @@ export class InstanceTable implements RouterView {
     this.routedCount++;
     this.#routedTo[instance]++;
     this.inFlight[instance]++;
+    // What the view believed cached there before the routing teaches it more.
+    this.#active?.add(instance, request, this.#keys(request), this.#matched(instance, request));
     if (this.cacheView.learnsFromRouting) this.cacheView.routed(instance, request, this.#keys(request));
     if (this.#peerInFlight !== undefined) {
       this.#logInstances.push(instance);
@@ -361,6 +390,11 @@ export class InstanceTable implements RouterView {
     this.lastHeardMs[i] = nowMs;
     if (status.restarted === true) this.cacheView.forget?.(i);
     this.cacheView.apply(status, i);
+    const active = this.#active;
+    if (active !== undefined) {
+      status.prefilledIds?.forEach((id) => active.prefilled(i, id));
+      status.finishedIds?.forEach((id) => active.finished(i, id));
+    }
     this.#memoRequest = undefined;
     if (status.draining === true) this.markDown(i);
     else if (this.available[i] === 0) {
@@ -381,9 +415,10 @@ export class InstanceTable implements RouterView {
    * unavailable until it reports again, and the request is no longer in
    * flight (the instance counts it finished, so its next report agrees).
    */
-  failed(instance: number): void {
+  failed(instance: number, requestId?: number): void {
     this.markDown(instance);
     this.inFlight[instance]--;
+    if (requestId !== undefined) this.#active?.finished(instance, requestId);
     // The view may have learnt the failed routing: the request's memo is stale for its retry.
     this.#memoRequest = undefined;
   }
@@ -762,7 +797,7 @@ export class Router implements Actor<RouterCommand> {
       );
     }
     const attempt = command.attempt ?? 0, retry = attempt < this.#retryBudget;
-    replica.prefill.view.failed(message.instance);
+    replica.prefill.view.failed(message.instance, command.request.id);
     this.#attemptFailed(command.request, message.instance, message.reason, attempt, !retry, ctx);
     if (retry) this.#route(replica, command.request, attempt + 1, ctx, message.type);
   }

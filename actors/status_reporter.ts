@@ -18,6 +18,11 @@ export interface StatusReportingOptions {
   readonly blockEvents: boolean;
   /** Report whenever pending prefill, decode blocks or KV utilisation change, not only the counts. @default false */
   readonly loadSignals?: boolean;
+  /**
+   * Include the ids of requests that produced their first token or finished
+   * since the last report (a router's own per-request accounting). @default false
+   */
+  readonly requestEvents?: boolean;
   /** Where to announce each request's first token (`deno task serve`'s streaming). @default nowhere */
   readonly firstTokensTo?: ActorRef<FirstToken>;
 }
@@ -37,6 +42,10 @@ export class StatusReporter {
   #groups = new Map<number, boolean>();
   /** Net block-run events since the last report: run key → blocks cached now. */
   readonly #runs = new Map<number, number>();
+  /** Requests whose first token came since the last report (with `requestEvents`). */
+  #prefilled: number[] = [];
+  /** Requests that finished since the last report (with `requestEvents`). */
+  #finished: number[] = [];
   #ticking = false;
   #dirty = false;
 
@@ -75,6 +84,16 @@ export class StatusReporter {
   groupEvicted(group: number): void {
     this.#groups.delete(group);
     this.#groups.set(group, false);
+  }
+
+  /** Records that request `requestId` produced its first token (reported with `requestEvents`). */
+  prefilled(requestId: number): void {
+    if (this.#options.requestEvents === true) this.#prefilled.push(requestId);
+  }
+
+  /** Records that request `requestId` finished here (reported with `requestEvents`). */
+  finished(requestId: number): void {
+    if (this.#options.requestEvents === true) this.#finished.push(requestId);
   }
 
   /** Records that run `key` now has its leading `cachedBlocks` blocks cached (0: evicted). */
@@ -118,6 +137,14 @@ export class StatusReporter {
     if (replyTo === undefined) return;
     const base = this.#snapshot();
     const delay = this.#options.delayMs;
+    if (this.#prefilled.length > 0) {
+      (base as { prefilledIds?: readonly number[] }).prefilledIds = this.#prefilled;
+      this.#prefilled = [];
+    }
+    if (this.#finished.length > 0) {
+      (base as { finishedIds?: readonly number[] }).finishedIds = this.#finished;
+      this.#finished = [];
+    }
     if (this.#groups.size === 0 && this.#runs.size === 0) {
       ctx.send(replyTo, base, delay); // the common case: counts only, one object
       return;

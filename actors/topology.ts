@@ -56,11 +56,19 @@ import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
 
 /** What the router sees of the instances and how fresh it is. */
 export interface RouterConfig {
-  /** `exact`: built from the instances' cache events; `approximate`: a router-side index updated when routing. @default "exact" */
+  /**
+   * `exact`: built from the instances' cache events; `approximate`: a
+   * router-side index updated when routing. A scenario's default is what
+   * its policy's real system keeps (actors/policies/real_view.ts).
+   */
   readonly cacheView: "exact" | "approximate";
   /** Entries per instance of the approximate index; null = unbounded; absent = the instance's own capacity. */
   readonly approxCapacity?: number | null;
-  /** 0: instances report on every change; > 0: at most once per this many ms. @default 0 */
+  /** The approximate index matches whole chunks of this many blocks (production-stack's 128 characters). @default 1 */
+  readonly indexChunkBlocks?: number;
+  /** Leading blocks of a prompt the approximate index matches and inserts (llm-d's 256); null = all. @default null */
+  readonly indexMaxBlocks?: number | null;
+  /** 0: instances report on every change; > 0: at most once per this many ms (a scrape). */
   readonly statusIntervalMs: number;
   /** Network delay of every status report, ms. @default 0 */
   readonly networkDelayMs: number;
@@ -282,6 +290,7 @@ export function buildRouter(
   const replicas = router.replicas ?? 1;
   return new Router(instances, policy, {
     ...routerOptions(config),
+    requestAccounting: policyReads(policy.name).requests === true,
     fleetCache,
     disaggregation: disaggregation(config, policy, poolPolicies),
     ...(replicas > 1 && {
@@ -332,7 +341,15 @@ function disaggregation(
   const pool = (role: "prefill" | "decode", own: RoutingPolicy | undefined): RoutingPool => {
     const members = pools.flatMap((p, i) => p.role === role ? [i] : []);
     const engines = members.map((i) => pools[i].engine);
-    return { members, policy: own ?? policy, table: routerOptions(config, engines) };
+    const routed = own ?? policy;
+    return {
+      members,
+      policy: routed,
+      table: {
+        ...routerOptions(config, engines),
+        requestAccounting: policyReads(routed.name).requests === true,
+      },
+    };
   };
   return {
     prefill: pool("prefill", policies.prefill),
@@ -399,6 +416,9 @@ export function routerOptions(
       kind: router.cacheView,
       unit: model.cacheUnit,
       capacity: cacheCapacity,
+      chunkBlocks: router.indexChunkBlocks ?? 1,
+      maxBlocks: router.indexMaxBlocks ?? Infinity,
+      blockTokens: instances.engine.blockTokens,
       hostBlocks: fleet?.map((e) => e.hostKvBlocks ?? 0) ??
         new Array(count).fill(instances.engine.hostKvBlocks ?? 0),
     }),
@@ -420,13 +440,14 @@ export function statusReporting(
   routerReadsBlocks = false,
 ): StatusReportingOptions {
   const { router, instances } = config;
-  const reads = pluginPolicy ? { blocks: true, load: true } : policyReads(policy.name);
+  const reads = pluginPolicy ? { blocks: true, load: true, requests: true } : policyReads(policy.name);
   return {
     intervalMs: router.statusIntervalMs,
     delayMs: router.networkDelayMs,
     blockEvents: router.cacheView === "exact" && instanceModel(instances.model).cacheUnit === "blocks" &&
       (reads.blocks || routerReadsBlocks),
     loadSignals: reads.load,
+    requestEvents: reads.requests === true,
   };
 }
 

@@ -43,7 +43,11 @@ export function policyTableSection(): string {
 }
 
 function readsCell(reads: PolicyReads): string {
-  const what = [reads.blocks && "prefix matches", reads.load && "engine load"].filter(Boolean);
+  const what = [
+    reads.blocks && "prefix matches",
+    reads.load && "engine load",
+    reads.requests && "its own per-request load",
+  ].filter(Boolean);
   return what.length > 0 ? what.join(", ") : "—";
 }
 

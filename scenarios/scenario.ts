@@ -15,10 +15,12 @@ import {
   parameterList,
   POLICIES,
   type PolicyDescriptor,
+  policyDescriptor,
   type PolicyName,
   type PolicySpec,
 } from "../actors/policies/mod.ts";
 import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
+import { realViewDefaults, type ViewDefaults } from "../actors/policies/real_view.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
 import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import { instanceModel, MODEL_NAMES, MODELS } from "../actors/instance_models.ts";
@@ -309,9 +311,11 @@ export const scenarioSchema = z.strictObject({
   prefillPolicy: poolPolicy,
   decodePolicy: poolPolicy,
   router: z.strictObject({
-    cacheView: z.enum(["exact", "approximate"]).default("exact"),
+    cacheView: z.enum(["exact", "approximate"]).optional(),
     approxCapacity: count(1).nullable().optional(),
-    statusIntervalMs: z.number().min(0).default(0),
+    indexChunkBlocks: count(1).optional(),
+    indexMaxBlocks: count(1).nullable().optional(),
+    statusIntervalMs: z.number().min(0).optional(),
     networkDelayMs: z.number().min(0).default(0),
     pdFlow: z.enum(["prefill-first", "decode-first"]).optional(),
     pdLocalPrefillTokens: count(0).optional(),
@@ -357,7 +361,7 @@ export const scenarioSchema = z.strictObject({
   faults: faults.optional(),
   autoscale: autoscale.optional(),
   untilMs: z.number().gt(0).optional(),
-}).superRefine((s, ctx) => {
+}).transform(resolveRouterView).superRefine((s, ctx) => {
   checkPools(s.instances, ctx);
   for (const issue of dynamicsIssues(s)) ctx.addIssue({ code: "custom", ...issue });
   const trace = s.workload.trace;
@@ -421,6 +425,44 @@ export const scenarioSchema = z.strictObject({
     });
   }
 }).transform(resolveAutoscale);
+
+/**
+ * The router's view settings the scenario leaves unset, from what the run's
+ * policy's real system sees (actors/policies/real_view.ts): so a run, and
+ * its `--json` echo, says which view and staleness it used.
+ */
+function resolveRouterView<
+  S extends {
+    policy: PolicySpec;
+    router: {
+      cacheView?: "exact" | "approximate";
+      approxCapacity?: number | null;
+      indexChunkBlocks?: number;
+      indexMaxBlocks?: number | null;
+      statusIntervalMs?: number;
+    };
+    instances: { model: string; engine: { blockTokens: number } };
+    workload: { prefix: { tokens: number } };
+  },
+>(s: S) {
+  const real = realViewDefaults(policyDescriptor(s.policy.name)!, {
+    cacheUnit: instanceModel(s.instances.model).cacheUnit,
+    blockTokens: s.instances.engine.blockTokens,
+    groupTokens: s.workload.prefix.tokens,
+  });
+  const r = s.router;
+  return {
+    ...s,
+    router: {
+      ...r as Omit<S["router"], keyof ViewDefaults>,
+      cacheView: r.cacheView ?? real.cacheView,
+      approxCapacity: r.approxCapacity !== undefined ? r.approxCapacity : real.approxCapacity,
+      indexChunkBlocks: r.indexChunkBlocks ?? real.indexChunkBlocks,
+      indexMaxBlocks: r.indexMaxBlocks !== undefined ? r.indexMaxBlocks : real.indexMaxBlocks,
+      statusIntervalMs: r.statusIntervalMs ?? real.statusIntervalMs,
+    },
+  };
+}
 
 /**
  * A fleet of pools: batching only; all serving whole requests, or prefill

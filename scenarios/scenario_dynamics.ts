@@ -10,6 +10,12 @@ import { z } from "zod";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { isDisaggregated } from "../actors/instance_model.ts";
 import type { AutoscaleConfig } from "../actors/faults.ts";
+import {
+  HPA_DOWNSCALE_STABILIZATION_MS,
+  HPA_MAX_POLICY_PERIOD_MS,
+  HPA_MAX_STABILIZATION_WINDOW_MS,
+  HPA_SYNC_PERIOD_MS,
+} from "../actors/autoscaler.ts";
 import { count, positiveOrInfinite } from "./schema_numbers.ts";
 
 /** The router fields for replicas, health checks and retries (merged into `router`). */
@@ -31,15 +37,38 @@ export const faults = z.array(z.strictObject({
   factor: z.number().gt(0).max(1000).optional(),
 })).max(10_000);
 
-/** `autoscale`: its `initial` is the scenario's `instances.count` (set when the scenario is resolved). */
+/**
+ * One direction of `autoscale.behavior`: autoscaling/v2's `HPAScalingRules`
+ * with its bounds (pkg/apis/autoscaling/validation), times in ms. Absent
+ * fields take autoscaling/v2's defaults when the autoscaler resolves them
+ * (actors/autoscaler.ts, `resolveBehavior`).
+ */
+const scalingRules = z.strictObject({
+  stabilizationWindowMs: z.number().min(0).max(HPA_MAX_STABILIZATION_WINDOW_MS).optional(),
+  selectPolicy: z.enum(["Max", "Min", "Disabled"]).optional(),
+  policies: z.array(z.strictObject({
+    type: z.enum(["Pods", "Percent"]),
+    value: count(1).max(1_000_000),
+    periodMs: z.number().gt(0).max(HPA_MAX_POLICY_PERIOD_MS),
+  })).min(1).max(100).optional(),
+});
+
+/**
+ * `autoscale`: its `initial` is the scenario's `instances.count` (set when the
+ * scenario is resolved). The defaults are Kubernetes HPA's: a 15 s sync period
+ * (`intervalMs`), a 5 min scale-down stabilisation window (`cooldownMs`), no
+ * `behavior` (at most max(2 × current, 4) instances per sync up).
+ */
 export const autoscale = z.strictObject({
   min: count(1),
   max: count(1).max(10_000),
   provisionMs: z.number().min(0).default(60_000),
   signal: z.enum(["queue_depth", "concurrency", "kv_utilization", "slo_attainment"]).default("concurrency"),
   target: z.number().gt(0),
-  intervalMs: z.number().gt(0).default(5_000),
-  cooldownMs: z.number().min(0).default(60_000),
+  intervalMs: z.number().gt(0).default(HPA_SYNC_PERIOD_MS),
+  cooldownMs: z.number().min(0).default(HPA_DOWNSCALE_STABILIZATION_MS),
+  behavior: z.strictObject({ scaleUp: scalingRules.optional(), scaleDown: scalingRules.optional() })
+    .optional(),
 });
 
 /** `workload.arrivals`: the arrival process and an optional rate profile. */

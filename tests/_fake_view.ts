@@ -67,6 +67,11 @@ export function fakeView(spec: FakeViewSpec): RouterView {
     requestBlocks: keyedBlocks,
     matchedBlocks: matched,
     hostMatchedBlocks: (i, request) => Math.min(matched(i, request) + xs[i].hostExtra, keyedBlocks(request)),
+    // The router's own accounting, as the engine-side loads (a fake has no routings of its own).
+    activePrefillTokens: field("pendingPrefillTokens"),
+    activeBlocks: field("decodeBlocks"),
+    newBlocks: (_i, request) => Math.ceil((request.prefixTokens + request.suffixTokens) / FAKE_BLOCK_TOKENS),
+    cachedBlockCount: (i) => xs[i].matched,
   };
 }
 

@@ -84,6 +84,13 @@ export class ReferenceKvBlockCache {
     return n;
   }
 
+  /** How many of the first `count` keys, which must be cached, no request references. */
+  unreferenced(keyAt: (index: number) => number, count: number): number {
+    let n = 0;
+    for (let i = 0; i < count; i++) if (this.#refs[this.#slotOf.get(keyAt(i))!] === 0) n++;
+    return n;
+  }
+
   /** References the first `count` keys, which must be cached (see `matchPrefix`). */
   acquire(keyAt: (index: number) => number, count: number): void {
     for (let i = 0; i < count; i++) this.#reference(this.#slotOf.get(keyAt(i))!);

@@ -137,19 +137,19 @@ const everyone = (waiting: number | ((timeMs: number) => number)): FleetScript =
 
 const START: ScalingDecision = { timeMs: 0, instances: 2, signal: null, action: "hold" };
 
-Deno.test("the autoscaler scales out at once to HPA's ceil(current × value / target), up to max", () => {
-  // Mean queue 5 against a target of 2: 2 → ceil(5) = 5 at the first round, then
-  // ceil(5 × 2.5) = 13, clamped to 8; at 8 it holds (no record).
+Deno.test("the autoscaler scales out to HPA's ceil(current × value / target), at most max(2 × current, 4) per sync", () => {
+  // Mean queue 5 against a target of 2: 2 → ceil(2 × 2.5) = 5, limited to max(2 × 2, 4) = 4 at
+  // the first round; then ceil(4 × 2.5) = 10, limited to max(8, 4) = 8 = max; at 8 it holds (no record).
   const { log, decisions, routerRef } = scale(BASE, everyone(5), { untilMs: 3500 });
   assertEquals(decisions, [
     START,
-    { timeMs: 1010, instances: 5, signal: 5, action: "up" },
+    { timeMs: 1010, instances: 4, signal: 5, action: "up" },
     { timeMs: 2010, instances: 8, signal: 5, action: "up" },
   ]);
   assertEquals(log.map((c) => [c.timeMs, c.instance, c.type, c.readyInMs]), [
     [1010, 2, "provision", 500],
     [1010, 3, "provision", 500],
-    [1010, 4, "provision", 500],
+    [2010, 4, "provision", 500],
     [2010, 5, "provision", 500],
     [2010, 6, "provision", 500],
     [2010, 7, "provision", 500],
@@ -181,23 +181,27 @@ Deno.test("the autoscaler reads mean KV utilisation on the kv_utilization signal
   assertEquals(decisions.slice(1), [{ timeMs: 1010, instances: 3, signal: 0.9, action: "up" }]);
 });
 
-Deno.test("the autoscaler waits its cooldown to scale in, to min, but scales out at once after", () => {
-  // Idle until 3.5 s, then a long queue. The start counts as an action: no scale-in
-  // before 2.5 s; at 3 s both extra instances go, most recent first. At 4 s the queue
-  // wants 3 again at once — but the decommissioned ones are still draining as far as the
-  // autoscaler knows; at 5 s they have not answered its probes: stopped, so provisioned.
-  const config = { ...BASE, initial: 3, max: 3, cooldownMs: 2500 };
-  const { log, decisions } = scale(config, everyone((t) => t < 3500 ? 0 : 10), { untilMs: 5500 });
+Deno.test("the autoscaler scales in to the highest proposal of its window, with no cooldown after a change", () => {
+  // Each instance's queue: 2 until 1.5 s, 0.5 until 2.5 s, then 0.25; a window (cooldownMs) of 1.5 s.
+  // 1 s: ceil(3 × 2) = 6 → 6. 2 s: ceil(6 × 0.5) = 3, but 6 was proposed within 1.5 s: hold.
+  // 3 s: ceil(6 × 0.25) = 2, the window holds 3 and 2: → 3. 4 s: ceil(3 × 0.25) = 1, the window
+  // holds 2 and 1: → 2 — one second after the last change. 5 s: ceil(2 × 0.25) = 1 → 1.
+  const config = { ...BASE, initial: 3, max: 6, target: 1, cooldownMs: 1500 };
+  const depth = (t: number) => t < 1500 ? 2 : t < 2500 ? 0.5 : 0.25;
+  const { log, decisions } = scale(config, everyone(depth), { untilMs: 5500 });
   assertEquals(decisions, [
     { ...START, instances: 3 },
-    { timeMs: 3010, instances: 1, signal: 0, action: "down" },
-    { timeMs: 5010, instances: 3, signal: 10, action: "up" },
+    { timeMs: 1010, instances: 6, signal: 2, action: "up" },
+    { timeMs: 3010, instances: 3, signal: 0.25, action: "down" },
+    { timeMs: 4010, instances: 2, signal: 0.25, action: "down" },
+    { timeMs: 5010, instances: 1, signal: 0.25, action: "down" },
   ]);
-  assertEquals(log.map((c) => [c.timeMs, c.instance, c.type]), [
-    [3010, 2, "decommission"],
-    [3010, 1, "decommission"],
-    [5010, 1, "provision"],
-    [5010, 2, "provision"],
+  assertEquals(log.filter((c) => c.type === "decommission").map((c) => [c.timeMs, c.instance]), [
+    [3010, 5],
+    [3010, 4],
+    [3010, 3],
+    [4010, 2],
+    [5010, 1],
   ]);
 });
 
@@ -240,10 +244,11 @@ Deno.test("the autoscaler holds when no instance answers", () => {
   assertEquals([log, decisions], [[], [START]]);
 });
 
-Deno.test("on SLO attainment the autoscaler adds one below target and removes one after a whole cooldown above", () => {
-  // Readings at 1, 2, 3, … s: 0.5 (up to 3), 0.5 (at max: hold, but below target), 1, 1,
-  // 1 (at 5 s, 3 s since the last low reading: down), nothing finished (hold), 1, 1 (at 8 s, 3 s
-  // since the last action: down), 1 (at min: hold).
+Deno.test("on SLO attainment the autoscaler adds instances below target and removes one per window above", () => {
+  // Readings at 1, 2, 3, … s: 0.5 (ceil(2 × 5) = 10 proposed, max 3), 0.5 (15 proposed, at max: hold),
+  // then 1s proposing one fewer — held until the window (2.5 s) holds none higher: 5 s (down), nothing
+  // finished (hold, nothing proposed), 1, 1 (at 8 s the last proposal of 2, at 5 s, is out: down), 1 (at min:
+  // hold).
   const config: AutoscaleConfig = {
     ...BASE,
     signal: "slo_attainment",

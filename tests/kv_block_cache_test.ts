@@ -57,6 +57,31 @@ Deno.test("kv cache: a shared prefix is held once and stays while any request re
   assertEquals([cache.held, cache.evictable], [0, 2]);
 });
 
+Deno.test("kv cache: a hit's unreferenced blocks are counted, run by run, as the room referencing them takes", () => {
+  const cache = new KvBlockCache(10);
+  const keys = blockKeys({
+    id: 0,
+    arrivalMs: 0,
+    prefixGroup: 0,
+    prefixTokens: 96,
+    suffixTokens: 0,
+    outputTokens: 1,
+    prefixKeys: [11, 12, 13],
+    keyTokens: 32,
+  }, 16); // three runs of two blocks
+  assert(cache.allocate(6));
+  cache.publish(keys, 0, 6);
+  cache.release(keys, 6, 0);
+  assertEquals(cache.unreferenced(keys, 5), 5);
+  cache.acquire(keys, 3); // another request holds blocks 0..2
+  assertEquals([cache.unreferenced(keys, 2), cache.unreferenced(keys, 3), cache.unreferenced(keys, 6)], [
+    0,
+    0,
+    3,
+  ]);
+  assertEquals([cache.held, cache.evictable, cache.free], [3, 3, 4]);
+});
+
 Deno.test("kv cache: publishing a key another request already cached frees the duplicate", () => {
   const cache = new KvBlockCache(10);
   const keys = chain(1, 1);
@@ -97,7 +122,7 @@ function treeRequests(runBlocks: number) {
 Deno.test("kv cache by runs equals the block-by-block reference: every hit, eviction and failure (property)", () => {
   type Op =
     | { kind: "admit"; path: number[]; tail: number; limit: number; extra: number }
-    | { kind: "publish"; index: number }
+    | { kind: "publish"; index: number; upTo: number }
     | { kind: "grow"; index: number }
     | { kind: "finish"; index: number };
   const op: fc.Arbitrary<Op> = fc.oneof(
@@ -108,7 +133,7 @@ Deno.test("kv cache by runs equals the block-by-block reference: every hit, evic
       limit: fc.integer({ min: 0, max: 16 }),
       extra: fc.integer({ min: 0, max: 3 }),
     }),
-    fc.record({ kind: fc.constant("publish" as const), index: fc.nat() }),
+    fc.record({ kind: fc.constant("publish" as const), index: fc.nat(), upTo: fc.nat() }),
     fc.record({ kind: fc.constant("grow" as const), index: fc.nat() }),
     fc.record({ kind: fc.constant("finish" as const), index: fc.nat() }),
   );
@@ -153,6 +178,11 @@ Deno.test("kv cache by runs equals the block-by-block reference: every hit, evic
             const limit = Math.min(keys.count, o.limit);
             const hits = cache.matchPrefix(keys, limit);
             assertEquals(hits, reference.matchPrefix(keys.keyAt, limit), "match");
+            assertEquals(
+              cache.unreferenced(keys, hits),
+              reference.unreferenced(keys.keyAt, hits),
+              "unreferenced",
+            );
             cache.acquire(keys, hits);
             reference.acquire(keys.keyAt, hits);
             const needed = keys.count - hits + o.extra;
@@ -165,12 +195,14 @@ Deno.test("kv cache by runs equals the block-by-block reference: every hit, evic
             same("admit");
           } else if (live.length === 0) continue;
           else if (o.kind === "publish") {
+            // A chunk at a time, as the engine caches each scheduled chunk's full blocks.
             const r = live[o.index % live.length];
             if (r.held === r.target) continue;
-            cache.publish(r.keys, r.held, r.target);
-            reference.publish(r.keys.keyAt, r.held, r.target);
-            r.priv -= r.target - r.held;
-            r.held = r.target;
+            const to = r.held + 1 + o.upTo % (r.target - r.held);
+            cache.publish(r.keys, r.held, to);
+            reference.publish(r.keys.keyAt, r.held, to);
+            r.priv -= to - r.held;
+            r.held = to;
             same("publish");
           } else if (o.kind === "grow") {
             const r = live[o.index % live.length];

@@ -50,6 +50,9 @@ function setLoads(table: InstanceTable, counts: readonly number[]): void {
       decodeBlocks: count,
     }));
     table.inFlight[i] = count;
+    // What a router counts itself (Dynamo's active prefill tokens and blocks), likewise.
+    table.activePrefillTokens[i] = count * unique(0).suffixTokens;
+    table.activeBlocks[i] = count * Math.ceil(unique(0).suffixTokens / table.blockTokens);
   });
 }
 
@@ -57,8 +60,10 @@ Deno.test("at equal counts every load-aware policy prefers the faster instance",
   for (const spec of LOAD_AWARE) {
     await t.step(policyLabel(spec), () => {
       const mixed = new InstanceTable(2, { capacity: [1, 0.5] });
+      const reversed = new InstanceTable(2, { capacity: [0.5, 1] });
       const uniform = new InstanceTable(2);
       setLoads(mixed, [2, 2]);
+      setLoads(reversed, [2, 2]);
       setLoads(uniform, [2, 2]);
       const policy = createPolicy(spec);
       const onUniform = new Set<number>();
@@ -68,10 +73,16 @@ Deno.test("at equal counts every load-aware policy prefers the faster instance",
           0,
           `seed ${seed}`,
         );
+        assertEquals(
+          policy.choose(unique(seed), reversed, createRandomStream(seed, "router")),
+          1,
+          `seed ${seed}, reversed`,
+        );
         onUniform.add(policy.choose(unique(seed), uniform, createRandomStream(seed, "router")));
       }
-      // Without capacities the two are equals, so the same seeds pick both: the preference is capacity's doing.
-      assertEquals([...onUniform].sort(), [0, 1]);
+      // Without capacities the two are equals: the same seeds pick both (SGLang, the first of equals,
+      // always 0 — which the reversed fleet overrules): the preference is capacity's doing.
+      assertEquals([...onUniform].sort(), spec.name === "sglang_cache_aware" ? [0] : [0, 1]);
     });
   }
 });

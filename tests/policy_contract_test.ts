@@ -57,7 +57,7 @@ function table(waiting: number[], running: number[], held: number[][] = []): Ins
 function policyContract(
   label: string,
   newPolicy: () => RoutingPolicy,
-  kind: { hashAffinity?: boolean; atDefaults?: boolean } = {},
+  kind: { hashAffinity?: boolean; atDefaults?: boolean; firstOfEquals?: boolean } = {},
 ) {
   Deno.test(`${label}: always returns a valid instance index`, () => {
     fc.assert(
@@ -99,7 +99,10 @@ function policyContract(
       [5],
     ]]] as const
   ) {
-    Deno.test(`${label}: spreads requests with ${what} over identical instances instead of piling on instance 0`, () => {
+    const behaviour = kind.firstOfEquals
+      ? `sends every request with ${what} to the first of identical instances, as SGLang's gateway does`
+      : `spreads requests with ${what} over identical instances instead of piling on instance 0`;
+    Deno.test(`${label}: ${behaviour}`, () => {
       const view: RouterView & { routedCount: number } = table(
         [0, 0, 0, 0],
         [0, 0, 0, 0],
@@ -112,7 +115,11 @@ function policyContract(
         view.routedCount = k;
         counts[policy.choose({ ...request(group), id: k }, view, random)]++;
       }
-      if (kind.hashAffinity && group >= 0) {
+      if (kind.firstOfEquals) {
+        // SGLang's gateway keeps the first of equals (`min_by_key`; a node's first tenant): with
+        // loads and matches all equal, every request goes to instance 0 — the real router's hot spot.
+        assertEquals(counts, [4000, 0, 0, 0]);
+      } else if (kind.hashAffinity && group >= 0) {
         // Consistent hashing is affinity by design: one prefix, one instance (while within its load bound).
         assertEquals(counts.filter((c) => c > 0).length, 1, `counts ${counts}`);
       } else if (kind.hashAffinity && kind.atDefaults) {
@@ -132,6 +139,7 @@ for (const spec of SPECS) {
   policyContract(policyLabel(spec), () => createPolicy(spec), {
     hashAffinity: HASH_AFFINITY.has(spec.name),
     atDefaults: Object.keys(spec).length === 1,
+    firstOfEquals: spec.name === "sglang_cache_aware",
   });
 }
 policyContract("example plugin cache_with_slack", () => examplePlugin);

@@ -39,6 +39,9 @@ function view(instances: Instance[]): InstanceTable {
       ...(x.holds ? { cacheAdded: 7 } : {}),
     }));
     t.inFlight[i] = x.inFlight ?? 0;
+    // Dynamo counts its own prefill and blocks: `pending` and `decode` stand for them too.
+    t.activePrefillTokens[i] = x.pending ?? 0;
+    t.activeBlocks[i] = x.decode ?? 0;
   });
   return t;
 }
@@ -62,8 +65,14 @@ Deno.test("the rules below are checked at the shipped defaults the registry decl
     cacheThreshold: 0.3,
     hostCredit: 0.8,
   });
-  assertEquals(defaults("llmd_weighted"), { prefixWeight: 3, queueWeight: 2, kvWeight: 2, hostCredit: 0.8 });
-  assertEquals(defaults("dynamo_kv"), { temperature: 0, hostCredit: 0.8 });
+  assertEquals(defaults("llmd_weighted"), {
+    prefixWeight: 3,
+    queueWeight: 2,
+    kvWeight: 2,
+    hostCredit: 0.8,
+    maxPrefixBlocks: 256,
+  });
+  assertEquals(defaults("dynamo_kv"), { temperature: 0, overlapWeight: 1, hostCredit: 0.8 });
   assertEquals(defaults("chwbl"), { loadFactor: 1.25, ringPoints: 256 });
   for (const name of ["preble_e2", "vllm_prefix"]) assertEquals(defaults(name), { hostCredit: 0.8 });
   assertEquals(defaults("power_of_two"), {});
@@ -115,15 +124,16 @@ Deno.test("llmd_weighted: equal queues all score 1 on the queue scorer, so prefi
   );
 });
 
-Deno.test("dynamo_kv: lowest cost wins at T = 0, ties at random; T > 0 samples by cost", () => {
-  // cost = pending/16 + prompt blocks − overlap + decode blocks. Instance 0: 0 + 10 − 10 + 5 = 5; 1: 0 + 10 + 0 = 10.
+Deno.test("dynamo_kv: lowest cost wins at T = 0, equal trees tie at random; T > 0 samples by range-normalised cost", () => {
+  // cost = (active prefill + prompt − overlap)/16 + active blocks + new blocks (all 10 here: no active request
+  // shares them). Instance 0: (0 + 160 − 160)/16 + 5 + 10 = 15; 1: 160/16 + 0 + 10 = 20.
   assertEquals(choose({ name: "dynamo_kv" }, [{ holds: true, decode: 5 }, {}]), 0);
   const ties = tally({ name: "dynamo_kv" }, [{}, {}, {}]);
   for (const c of ties) assert(c > 550 && c < 780, `ties ${ties}`);
-  // Costs 10 and 20 (normalised 0.5 and 1): at T = 1, p(0) = e^-0.5 / (e^-0.5 + e^-1) ≈ 0.62.
+  // Costs 20 and 30, range 10: normalised 0 and 1; at T = 1, p(0) = 1 / (1 + e^-1) ≈ 0.731.
   const warm = tally({ name: "dynamo_kv", temperature: 1 }, [{ pending: 0 }, { pending: 160 }]);
-  assertGreater(warm[0] / 2000, 0.58);
-  assertLess(warm[0] / 2000, 0.66);
+  assertGreater(warm[0] / 2000, 0.70);
+  assertLess(warm[0] / 2000, 0.76);
 });
 
 Deno.test("chwbl: a prefix sticks to its ring owner until that owner exceeds 1.25 × (total + 1) / N", () => {

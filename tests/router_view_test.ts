@@ -66,9 +66,11 @@ Deno.test("exact view follows block-run events; approximate view learns from rou
     0,
   ]);
   const other = blockKeys(request(1, 9), 16);
-  approx.routed(1, request(1, 9), other); // 4 more keys into a 6-key index: two of group 3's go
-  // Keys are indexed last block first, so group 3 loses its last two blocks and keeps a 2-block prefix.
-  assertEquals(approx.matchedBlocks(1, request(0, 3), keys), 2);
+  // Each prompt also holds its one unshared full block (80 tokens: 5 blocks, 4 keyed), inserted before
+  // its prefix. Group 9's 5 blocks into a 6-block index holding 5: 4 must go, least recently used
+  // first — group 3's unshared block, then its prefix from the last block: it keeps a 1-block prefix.
+  approx.routed(1, request(1, 9), other);
+  assertEquals(approx.matchedBlocks(1, request(0, 3), keys), 1);
   assert(approx.holds(1, 3) && approx.holds(1, 9));
 });
 
@@ -91,7 +93,7 @@ Deno.test("with periodic status, the router's exact block view ends equal to eac
       simulate(
         scenario({
           policy: { name: "llmd_weighted" },
-          router: { statusIntervalMs },
+          router: { cacheView: "exact", statusIntervalMs },
           instances: { model: "batching", engine: { kvBlocks: 600 } },
           workload: { requests: 1500, ratePerSec: 40, prefix: { zipf: 0.8, sharedFrac: 0.7, groups: 60 } },
         }),

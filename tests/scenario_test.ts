@@ -23,8 +23,8 @@ Deno.test("an empty scenario gets every documented default", () => {
       requestOverheadMs: 4.67,
       kvBlocks: 67659,
       blockTokens: 16,
-      maxBatchTokens: 2048,
-      maxSeqs: 256,
+      maxBatchTokens: 8192,
+      maxSeqs: 1024,
       prefixCaching: true,
       hostKvBlocks: 0,
       hostKvGbps: 512,
@@ -62,7 +62,7 @@ Deno.test("invalid scenarios name the field path, the value and the expectation"
     ],
     [
       { policy: { name: "llmd_weighted", loadFactor: 2 } },
-      "scenario.policy.loadFactor: not a parameter of llmd_weighted (its parameters: prefixWeight, queueWeight, kvWeight, hostCredit)",
+      "scenario.policy.loadFactor: not a parameter of llmd_weighted (its parameters: prefixWeight, queueWeight, kvWeight, maxPrefixBlocks, hostCredit)",
     ],
     [
       { policy: { name: "chwbl", ringPoints: 0.5 } },

@@ -162,7 +162,50 @@ Deno.test("prefix caching works on text: the same prompt again is mostly cached,
       value("vllm:kv_cache_usage_perc") !== undefined && value("vllm:gpu_cache_usage_perc") !== undefined,
     );
     assertEquals(samples.find((s) => s.name === "vllm:time_to_first_token_seconds_count")?.value, 2);
+    // Token-count histograms: 1-2-5 buckets up to --max-model-len 4096 (…, 1000, 2000, +Inf).
+    const bucket = (name: string, le: string) =>
+      samples.find((s) => s.name === `${name}_bucket` && s.labels.le === le)?.value;
+    assertEquals(
+      ["200.0", "500.0", "2000.0", "+Inf"].map((le) => bucket("vllm:request_prompt_tokens", le)),
+      [0, 2, 2, 2],
+    );
+    assertEquals(value("vllm:request_prompt_tokens_sum"), 1000);
+    assertEquals(bucket("vllm:request_generation_tokens", "2.0"), 0);
+    assertEquals(bucket("vllm:request_generation_tokens", "5.0"), 2);
+    assertEquals(value("vllm:request_generation_tokens_sum"), 6);
+    assertEquals(value("vllm:num_preemptions_total"), 0);
+    // The info gauge carries the instance's engine: what llm-d reads (block_size, num_gpu_blocks).
+    const info = samples.filter((s) => s.name === "vllm:cache_config_info");
+    assertEquals(info.length, 1);
+    assertEquals(info[0].value, 1);
+    assertEquals(
+      [info[0].labels.block_size, info[0].labels.num_gpu_blocks, info[0].labels.enable_prefix_caching],
+      ["16", "1000", "True"],
+    );
   });
+});
+
+Deno.test("/metrics counts the engine's preemptions: two requests that outgrow the KV cache together", async () => {
+  // 20 blocks; each request's 100 + 100 tokens end in 13 blocks, so both cannot finish side by side.
+  await withFleet(4, async (fleet) => {
+    const body = (tag: string) => ({
+      model: "sim",
+      prompt: words(100, tag),
+      max_tokens: 100,
+      ignore_eos: true,
+    });
+    const answers = await Promise.all(
+      ["a", "b"].map(async (tag) =>
+        CompletionResponse.parse(await (await post(fleet.urls[0], "/v1/completions", body(tag))).json())
+      ),
+    );
+    assertEquals(answers.map((a) => a.usage.completion_tokens), [100, 100]);
+    const samples = parsePrometheus(await (await fetch(`${fleet.urls[0]}/metrics`)).text());
+    const preemptions = samples.find((s) => s.name === "vllm:num_preemptions_total")!.value;
+    assert(preemptions >= 1, `preemptions ${preemptions}`);
+    const other = parsePrometheus(await (await fetch(`${fleet.urls[1]}/metrics`)).text());
+    assertEquals(other.find((s) => s.name === "vllm:num_preemptions_total")!.value, 0);
+  }, { instances: { count: 2, model: "batching", engine: { ...ENGINE, kvBlocks: 20 } } });
 });
 
 Deno.test("errors are OpenAI's: unknown model 404, bad JSON and unknown fields 400, too long 400, 405, 404", async () => {

@@ -14,8 +14,18 @@ import {
   VLLM_TPOT_BUCKETS_S,
   VLLM_TTFT_BUCKETS_S,
   VLLM_VERSION,
+  vllmCacheConfigLabels,
   VllmMetrics,
+  vllmOneTwoFiveBuckets,
 } from "../scenarios/wire/prometheus.ts";
+
+/** A simulated instance's metrics as the sim server builds them: Qwen2.5-7B's KV, `--max-model-len` 32768. */
+function simMetrics(modelName = "sim"): VllmMetrics {
+  return new VllmMetrics(modelName, {
+    maxModelLen: 32768,
+    cacheConfig: { blockSize: 16, numGpuBlocks: 67659, enablePrefixCaching: true },
+  });
+}
 
 /** The samples named `name` whose labels include `labels`. */
 function pick(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): Sample[] {
@@ -94,7 +104,7 @@ sglang:cache_hit_rate{engine_type="unified",model_name="Qwen/Qwen2.5-7B-Instruct
 `;
 
 Deno.test("vllm metrics: observed values parse back as exact bucket counts, sums, counters and gauges", () => {
-  const metrics = new VllmMetrics("sim");
+  const metrics = simMetrics();
   metrics.setLoad({ running: 3, waiting: 7, kvUsage: 0.375 });
   const base = { promptTokens: 100, cachedTokens: 64, outputTokens: 5, e2eS: 1, queueS: 0.5 } as const;
   metrics.observe({ ...base, ttftS: 0.003, tpotS: 0.05, finishReason: "stop" }); // 0.05 is a bound: inclusive
@@ -149,7 +159,7 @@ Deno.test("vllm metrics: observed values parse back as exact bucket counts, sums
 });
 
 Deno.test("vllm metrics: every family has HELP and TYPE, counters end in _total, buckets are vLLM's", () => {
-  const text = new VllmMetrics("sim", "0").text();
+  const text = simMetrics().text();
   assertEquals(VLLM_VERSION, "0.10.1");
   const lines = text.trimEnd().split("\n");
   const declared = new Map<string, string>();
@@ -185,7 +195,8 @@ Deno.test("vllm metrics: every family has HELP and TYPE, counters end in _total,
   for (const s of parsePrometheus(text)) {
     const family = declared.has(s.name) ? s.name : s.name.replace(/_(bucket|count|sum)$/, "");
     assert(declared.has(family), `${s.name} has no HELP/TYPE`);
-    assertEquals(s.labels.model_name, "sim");
+    // vLLM labels its info gauge with the cache config and `engine` only (`log_metrics_info`).
+    assertEquals(s.labels.model_name, s.name === "vllm:cache_config_info" ? undefined : "sim");
     assertEquals(s.labels.engine, "0");
   }
   const samples = parsePrometheus(text);
@@ -208,6 +219,112 @@ Deno.test("vllm metrics: every family has HELP and TYPE, counters end in _total,
     text,
     /^vllm:time_to_first_token_seconds_bucket\{engine="0",le="0\.001",model_name="sim"\} 0\.0$/m,
   );
+});
+
+/**
+ * The families `PrometheusStatLogger` registers (stored `vllm/v1/metrics/loggers.py`, `__init__` and
+ * `log_metrics_info`; a Counter `x` is exposed as `x_total`) that the twin exposes, with their types.
+ * vLLM's others are not modelled: `vllm:iteration_tokens_total`, `vllm:request_max_num_generation_tokens`,
+ * `vllm:request_params_n`, `vllm:request_params_max_tokens`,
+ * `vllm:request_{inference,prefill,decode}_time_seconds`, the spec-decoding and LoRA families.
+ */
+const VLLM_FAMILIES: readonly [string, string][] = [
+  ["vllm:num_requests_running", "gauge"],
+  ["vllm:num_requests_waiting", "gauge"],
+  ["vllm:gpu_cache_usage_perc", "gauge"],
+  ["vllm:gpu_prefix_cache_queries_total", "counter"],
+  ["vllm:gpu_prefix_cache_hits_total", "counter"],
+  ["vllm:kv_cache_usage_perc", "gauge"],
+  ["vllm:prefix_cache_queries_total", "counter"],
+  ["vllm:prefix_cache_hits_total", "counter"],
+  ["vllm:num_preemptions_total", "counter"],
+  ["vllm:prompt_tokens_total", "counter"],
+  ["vllm:generation_tokens_total", "counter"],
+  ["vllm:request_success_total", "counter"],
+  ["vllm:request_prompt_tokens", "histogram"],
+  ["vllm:request_generation_tokens", "histogram"],
+  ["vllm:time_to_first_token_seconds", "histogram"],
+  ["vllm:time_per_output_token_seconds", "histogram"],
+  ["vllm:e2e_request_latency_seconds", "histogram"],
+  ["vllm:request_queue_time_seconds", "histogram"],
+  ["vllm:cache_config_info", "gauge"],
+];
+
+Deno.test("vllm metrics: the families are vLLM's names and types, in its registration order", () => {
+  assertEquals([...parseTypes(simMetrics().text())], VLLM_FAMILIES);
+});
+
+Deno.test("vllm metrics: token-count histograms use vLLM's 1-2-5 buckets up to max_model_len", () => {
+  assertEquals(vllmOneTwoFiveBuckets(100), [1, 2, 5, 10, 20, 50, 100]);
+  assertEquals(vllmOneTwoFiveBuckets(99), [1, 2, 5, 10, 20, 50]);
+  assertEquals(vllmOneTwoFiveBuckets(32768).slice(-4), [2000, 5000, 10000, 20000]);
+  assertEquals(vllmOneTwoFiveBuckets(32768).length, 14);
+  const metrics = simMetrics();
+  const base = {
+    cachedTokens: 0,
+    ttftS: 0.1,
+    tpotS: null,
+    e2eS: 1,
+    queueS: 0,
+    finishReason: "stop",
+  } as const;
+  metrics.observe({ ...base, promptTokens: 100, outputTokens: 1 });
+  metrics.observe({ ...base, promptTokens: 30000, outputTokens: 7 });
+  metrics.observe({ ...base, promptTokens: 40000, outputTokens: 20 }); // above the top bucket: only in +Inf
+  const samples = parsePrometheus(metrics.text());
+  const prompt = buckets(samples, "vllm:request_prompt_tokens");
+  assertEquals([...prompt.keys()], [...vllmOneTwoFiveBuckets(32768).map(formatValue), "+Inf"]);
+  assertEquals([prompt.get("50.0"), prompt.get("100.0"), prompt.get("20000.0"), prompt.get("+Inf")], [
+    0,
+    1,
+    1,
+    3,
+  ]);
+  assertEquals(value(samples, "vllm:request_prompt_tokens_sum"), 70100);
+  const output = buckets(samples, "vllm:request_generation_tokens");
+  assertEquals([output.get("1.0"), output.get("5.0"), output.get("10.0"), output.get("20.0")], [1, 1, 2, 3]);
+  assertEquals(value(samples, "vllm:request_generation_tokens_count"), 3);
+});
+
+Deno.test("vllm metrics: cache_config_info is 1, labelled by CacheConfig.metrics_info() and engine, not model_name", () => {
+  const samples = pick(parsePrometheus(simMetrics().text()), "vllm:cache_config_info");
+  assertEquals(samples.length, 1);
+  assertEquals(samples[0].value, 1);
+  assertEquals(samples[0].labels, {
+    block_size: "16",
+    cache_dtype: "auto",
+    calculate_kv_scales: "False",
+    cpu_kvcache_space_bytes: "None",
+    cpu_offload_gb: "0",
+    enable_prefix_caching: "True",
+    engine: "0",
+    gpu_memory_utilization: "0.9",
+    is_attention_free: "False",
+    mamba_page_size_padded: "None",
+    num_cpu_blocks: "0",
+    num_gpu_blocks: "67659",
+    num_gpu_blocks_override: "None",
+    prefix_caching_hash_algo: "builtin",
+    sliding_window: "None",
+    swap_space: "4",
+    swap_space_bytes: "4294967296",
+  });
+  const off = vllmCacheConfigLabels({ blockSize: 32, numGpuBlocks: 9, enablePrefixCaching: false }, "3");
+  assertEquals([off.block_size, off.num_gpu_blocks, off.enable_prefix_caching, off.engine], [
+    "32",
+    "9",
+    "False",
+    "3",
+  ]);
+});
+
+Deno.test("vllm metrics: num_preemptions_total is the engine's count, and a counter never goes back", () => {
+  const metrics = simMetrics();
+  assertEquals(value(parsePrometheus(metrics.text()), "vllm:num_preemptions_total"), 0);
+  metrics.setPreemptions(3);
+  metrics.setPreemptions(3);
+  assertEquals(value(parsePrometheus(metrics.text()), "vllm:num_preemptions_total"), 3);
+  assertThrows(() => metrics.setPreemptions(2), RangeError, "expected a total >= 3, got 2");
 });
 
 Deno.test("histogram exposition is cumulative and matches a naive count for any observations", () => {
@@ -234,7 +351,7 @@ Deno.test("histogram exposition is cumulative and matches a naive count for any 
 Deno.test("label values with quotes, backslashes and newlines are escaped and parse back", async (t) => {
   const nasty = 'a "quoted" back\\slash\nnew line';
   await t.step("in VllmMetrics", () => {
-    const text = new VllmMetrics(nasty).text();
+    const text = simMetrics(nasty).text();
     assert(text.includes('model_name="a \\"quoted\\" back\\\\slash\\nnew line"'));
     assertEquals(text.split("\n").filter((l) => l.startsWith("vllm:num_requests_running")).length, 1);
     const samples = parsePrometheus(text);
@@ -307,7 +424,7 @@ Deno.test("a real-looking vLLM /metrics parses, and readLoad sums engines and av
   const noKv = old.filter((s) => s.name !== "vllm:gpu_cache_usage_perc");
   assertEquals(readLoad(noKv), { running: 7, waiting: 2, kvUsage: null });
   // Our own exposition reads back the load it was given.
-  const ours = new VllmMetrics("sim");
+  const ours = simMetrics();
   ours.setLoad({ running: 4, waiting: 9, kvUsage: 0.125 });
   assertEquals(readLoad(parsePrometheus(ours.text())), { running: 4, waiting: 9, kvUsage: 0.125 });
 });
@@ -319,12 +436,12 @@ Deno.test("readLoad reads SGLang's gauges, and returns undefined when neither se
   // Half a family is not a family.
   assertEquals(readLoad(parsePrometheus('vllm:num_requests_running{engine="0"} 2\n')), undefined);
   // vLLM wins when both are exposed.
-  const both = parsePrometheus(SGLANG_FIXTURE + new VllmMetrics("sim").text());
+  const both = parsePrometheus(SGLANG_FIXTURE + simMetrics().text());
   assertEquals(readLoad(both), { running: 0, waiting: 0, kvUsage: 0 });
 });
 
 Deno.test("relabel adds the upstream label, keeps families contiguous and typed once, and parses back", async (t) => {
-  const a = parsePrometheus(VLLM_FIXTURE), b = parsePrometheus(new VllmMetrics("sim").text());
+  const a = parsePrometheus(VLLM_FIXTURE), b = parsePrometheus(simMetrics().text());
   await t.step("one source", () => {
     const text = relabel(parsePrometheus('vllm:num_requests_waiting{engine="0",upstream="old"} 2\n'), {
       upstream: "http://127.0.0.1:8001",
@@ -333,7 +450,7 @@ Deno.test("relabel adds the upstream label, keeps families contiguous and typed 
   });
   await t.step("many sources, gauges only", () => {
     const isGauge = (types: Map<string, string>) => (s: Sample) => types.get(s.name) === "gauge";
-    const typesA = parseTypes(VLLM_FIXTURE), typesB = parseTypes(new VllmMetrics("sim").text());
+    const typesA = parseTypes(VLLM_FIXTURE), typesB = parseTypes(simMetrics().text());
     const keep = (s: Sample) => /^(vllm|sglang):/.test(s.name) && (isGauge(typesA)(s) || isGauge(typesB)(s));
     const text = relabelAll([
       { samples: a, labels: { upstream: "u0" }, types: typesA },
@@ -348,13 +465,14 @@ Deno.test("relabel adds the upstream label, keeps families contiguous and typed 
       "# TYPE vllm:gpu_cache_usage_perc gauge",
       "# TYPE vllm:kv_cache_usage_perc gauge",
       "# TYPE vllm:prefix_cache_hits_created gauge",
+      "# TYPE vllm:cache_config_info gauge",
     ]);
     // Contiguous: the sequence of family names never returns to an earlier one.
     const names = lines.filter((l) => !l.startsWith("#")).map((l) => l.slice(0, l.search(/[{ ]/)));
     const runs = names.filter((n, i) => i === 0 || n !== names[i - 1]);
     assertEquals(new Set(runs).size, runs.length);
     const samples = parsePrometheus(text);
-    assertEquals(samples.length, 2 * 4 + 1 + 4); // the fixture has two engines, ours one
+    assertEquals(samples.length, 2 * 4 + 1 + 4 + 1); // the fixture has two engines, ours one and its info gauge
     assertEquals(value(samples, "vllm:num_requests_running", { upstream: "u1" }), 0);
     assertEquals(pick(samples, "vllm:num_requests_running", { upstream: "u0" }).map((s) => s.value), [3, 4]);
     assertEquals(readLoad(samples.filter((s) => s.labels.upstream === "u0")), {
@@ -366,7 +484,7 @@ Deno.test("relabel adds the upstream label, keeps families contiguous and typed 
   await t.step("histogram suffixes stay under their family's one TYPE", () => {
     const text = relabelAll([
       { samples: a, labels: { upstream: "u0" }, types: parseTypes(VLLM_FIXTURE) },
-      { samples: b, labels: { upstream: "u1" }, types: parseTypes(new VllmMetrics("sim").text()) },
+      { samples: b, labels: { upstream: "u1" }, types: parseTypes(simMetrics().text()) },
     ], { keep: (s) => s.name.startsWith("vllm:time_to_first_token_seconds") });
     assertEquals(text.split("\n").filter((l) => l.startsWith("# TYPE")), [
       "# TYPE vllm:time_to_first_token_seconds histogram",
@@ -389,7 +507,7 @@ Deno.test("PromText and BucketHistogram reject bad names and bounds, naming the 
   assertThrows(() => new BucketHistogram([1, Infinity]), RangeError, "bounds[1]");
   assertThrows(
     () =>
-      new VllmMetrics("sim").observe({
+      simMetrics().observe({
         promptTokens: 1,
         cachedTokens: 0,
         outputTokens: 1,

@@ -3,7 +3,7 @@
  * Instance availability, shared by every built-in policy: the view's mask
  * when some instance is unavailable (none when all are, the fast path that
  * keeps a fault-free run's choices and random draws as they were), and the
- * k-th or next available instance.
+ * k-th available instance.
  */
 import type { RouterView } from "./policy.ts";
 
@@ -25,18 +25,6 @@ export function availabilityMask(view: RouterView): ArrayLike<number> | undefine
 export function nthAvailable(mask: ArrayLike<number>, n: number, k: number): number {
   for (let i = 0; i < n; i++) {
     if (mask[i] === 1 && k-- === 0) return i;
-  }
-  return -1;
-}
-
-/**
- * The first instance at or after `start` (cyclically, among the first `n`)
- * whose mask entry is 1; -1 when none is.
- */
-export function nextAvailable(mask: ArrayLike<number>, n: number, start: number): number {
-  for (let step = 0; step < n; step++) {
-    const i = (start + step) % n;
-    if (mask[i] === 1) return i;
   }
   return -1;
 }

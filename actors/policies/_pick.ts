@@ -34,3 +34,24 @@ export function pickBy(
   }
   return best;
 }
+
+/**
+ * The index in [0, n) with the highest `score` (NaN: not a candidate), the
+ * lowest index among equal scores, with no random draw: Rust's `max_by_key`
+ * / `min_by_key` over a list keep the first of equals, which is how SGLang's
+ * gateway picks. -1 when no index competes. With `available`, only indices
+ * whose entry is 1 compete.
+ */
+export function firstBy(n: number, score: (i: number) => number, available?: ArrayLike<number>): number {
+  let best = -1, bestScore = -Infinity;
+  for (let i = 0; i < n; i++) {
+    if (available !== undefined && available[i] !== 1) continue;
+    const s = score(i);
+    if (Number.isNaN(s)) continue;
+    if (best < 0 || s > bestScore) {
+      best = i;
+      bestScore = s;
+    }
+  }
+  return best;
+}

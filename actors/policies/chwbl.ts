@@ -6,6 +6,7 @@
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
+import { NO_CACHE, ROUTER_LOAD } from "./_real_views.ts";
 
 /** Parameters of {@linkcode chwbl}, with KubeAI's defaults. */
 export interface ChwblOptions {
@@ -112,5 +113,11 @@ export const descriptor = {
     ringPoints: { doc: "ring points per instance", default: 256, min: 1, integer: true },
   },
   reads: { blocks: false, load: false },
+  view: {
+    cache: NO_CACHE,
+    load: ROUTER_LOAD,
+    citation:
+      "kubeai internal/loadbalancer/balance_chwbl.go (the load balancer's own in-flight count per endpoint)",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => chwbl(params),
 } as const satisfies PolicyDescriptor<"chwbl">;

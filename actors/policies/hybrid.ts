@@ -6,6 +6,7 @@
 import { HOST_CREDIT } from "./_host_credit.ts";
 import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { ENGINE_SIZED_INDEX, PUSHED_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode hybrid}. */
 export interface HybridOptions {
@@ -62,5 +63,12 @@ export const descriptor = {
     hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: false },
+  view: {
+    cache: ENGINE_SIZED_INDEX,
+    load: PUSHED_LOAD,
+    originalStudy: true,
+    citation:
+      "the original study's simulator (FIFO: its router reads the instances' LRU of groups and queues); on a batching fleet, a router-side index inserted at routing time, as any real implementation must keep",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => hybrid(params),
 } as const satisfies PolicyDescriptor<"hybrid">;

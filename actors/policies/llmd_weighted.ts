@@ -18,11 +18,16 @@ export interface LlmdWeightedOptions {
   readonly kvWeight?: number;
   /** Credit for a prefix block only in an instance's host KV tier, as a fraction of a GPU hit. @default 0.8 */
   readonly hostCredit?: number;
+  /** The prompt's leading full blocks the prefix score counts (llm-d's `MaxPrefixBlocksToMatch`). @default 256 */
+  readonly maxPrefixBlocks?: number;
 }
 
 /**
  * Score = prefix·wP + queue·wQ + kv·wK; the highest score wins, ties at
- * random. The queue is waiting ÷ capacity (a queue drains at its instance's
+ * random. The prefix score is matched ÷ total over the prompt's leading
+ * full blocks, at most `maxPrefixBlocks` of them (llm-d hashes full blocks
+ * and truncates at `MaxPrefixBlocksToMatch`, so a prompt whose first 256
+ * blocks are cached scores 1 however long it is). The queue is waiting ÷ capacity (a queue drains at its instance's
  * speed); KV utilisation is a share of the instance's own blocks, already
  * relative, so it is not divided. The prefix score counts host-tier blocks at
  * `hostCredit`, as llm-d's precise scorer weighs its CPU tier. Only
@@ -32,6 +37,7 @@ export interface LlmdWeightedOptions {
 export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
   const wP = options.prefixWeight ?? 3, wQ = options.queueWeight ?? 2, wK = options.kvWeight ?? 2;
   const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
+  const maxBlocks = options.maxPrefixBlocks ?? 256;
   return {
     name: "llmd_weighted",
     choose(request, view, random) {
@@ -45,12 +51,16 @@ export function llmdWeighted(options: LlmdWeightedOptions = {}): RoutingPolicy {
         if (qi > qMax) qMax = qi;
         if (qi < qMin) qMin = qi;
       }
-      // Blocks in the request: the whole prompt, keyed or not (llm-d hashes every block).
-      const blocks = Math.ceil((request.prefixTokens + request.suffixTokens) / view.blockTokens);
+      // Blocks hashed: the prompt's full blocks, at most `maxPrefixBlocks` (llm-d truncates), so the score saturates.
+      const blocks = Math.min(
+        Math.floor((request.prefixTokens + request.suffixTokens) / view.blockTokens),
+        maxBlocks,
+      );
       return pickBy(
         view.instanceCount,
         (i) => {
-          const prefix = blocks > 0 ? effectiveMatch(view, i, request, hostCredit) / blocks : 0;
+          const matched = Math.min(effectiveMatch(view, i, request, hostCredit), blocks);
+          const prefix = blocks > 0 ? matched / blocks : 0;
           const queue = qMax === qMin ? 1 : (qMax - q(i)) / (qMax - qMin);
           const kv = 1 - view.kvUtilization[i];
           return wP * prefix + wQ * queue + wK * kv;
@@ -74,8 +84,26 @@ export const descriptor = {
       min: 0,
     },
     kvWeight: { doc: "weight of the KV score (1 − KV utilisation)", default: 2, min: 0 },
+    maxPrefixBlocks: {
+      doc: "leading full blocks of the prompt the prefix score counts (llm-d's MaxPrefixBlocksToMatch)",
+      default: 256,
+      min: 1,
+      integer: true,
+    },
     hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: true },
+  view: {
+    cache: {
+      source: "router_index",
+      unit: "blocks",
+      maxBlocks: 256,
+      capacity: "engine",
+      eviction: "on_insert",
+    },
+    load: { source: "scraped", refreshMs: 50 },
+    citation:
+      "llm-d-inference-scheduler: the approximate prefix plugin (`DefaultConfig`: AutoTune on, so the per-pod LRU holds the pod's `num_gpu_blocks` from `vllm:cache_config_info` and blocks are its `block_size`; `MaxPrefixBlocksToMatch` 256; blocks added in `PreRequest`, at dispatch); pkg/epp/server/options.go (metrics refreshed every 50 ms)",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => llmdWeighted(params),
 } as const satisfies PolicyDescriptor<"llmd_weighted">;

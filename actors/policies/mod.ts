@@ -127,7 +127,7 @@ export function policyLabel(spec: PolicySpec, options: { readonly omit?: readonl
 
 /** What the policy `name` reads from the view; a plugin (not in the registry) may read anything. */
 export function policyReads(name: string): PolicyReads {
-  return BY_NAME.get(name)?.reads ?? { blocks: true, load: true };
+  return BY_NAME.get(name)?.reads ?? { blocks: true, load: true, requests: true };
 }
 
 /** `threshold` (or `none`): a descriptor's parameter names, for messages. */

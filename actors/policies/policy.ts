@@ -68,6 +68,32 @@ export interface RouterView {
   readonly availableCount: number;
   /** Tokens per KV block in the router's view of caches. */
   readonly blockTokens: number;
+  /**
+   * Per instance: prompt tokens the router itself dispatched there that have
+   * not yet produced their first token, each counted as its prompt less the
+   * prefix the view believed cached there when it was routed — Dynamo's
+   * router-side "active prefill tokens" (`ActiveSequences`). 0 everywhere
+   * unless the policy reads `requests`.
+   */
+  readonly activePrefillTokens: ArrayLike<number>;
+  /**
+   * Per instance: distinct prompt blocks of the requests the router sent
+   * there that have not finished (shared prefix blocks counted once) —
+   * Dynamo's router-side active blocks. 0 everywhere unless the policy reads `requests`.
+   */
+  readonly activeBlocks: ArrayLike<number>;
+  /**
+   * Prompt blocks of `request` (all of them, keyed or not) that `instance`'s
+   * active requests do not already hold: what the request would add to
+   * {@linkcode activeBlocks} there (Dynamo's `new_blocks`). The whole
+   * prompt's blocks unless the policy reads `requests`.
+   */
+  newBlocks(instance: number, request: Request): number;
+  /**
+   * Blocks the view believes cached at `instance` (its index's size: Dynamo's
+   * per-worker tree size, the tie-break of its selector).
+   */
+  cachedBlockCount(instance: number): number;
   /** Whether `instance` is believed to hold prefix `group` (see the scenario's cache view). */
   holds(instance: number, group: number): boolean;
   /** Keyed prompt blocks of `request` (the part any cache could hold). */
@@ -137,6 +163,84 @@ export interface PolicyReads {
   readonly blocks: boolean;
   /** Pending prefill, decode blocks or KV utilisation, kept fresh step by step. */
   readonly load: boolean;
+  /**
+   * The router's own per-request accounting (`activePrefillTokens`,
+   * `activeBlocks`, `newBlocks`): instances then tell it which requests
+   * produced their first token and which finished. @default false
+   */
+  readonly requests?: boolean;
+}
+
+/**
+ * How a policy's real system learns what each instance caches.
+ * `router_index`: the router inserts a prompt into an index of its own when
+ * it routes it, before any engine computed it, and never hears of the
+ * engines' evictions (SGLang's radix tree, llm-d's approximate prefix index,
+ * vLLM production-stack's trie, Preble's global tree). `engine_events`: the
+ * engines publish what they cache and evict (Dynamo's KV events; our `exact`
+ * view). `none`: the policy reads no cache.
+ */
+export type CacheSource = "router_index" | "engine_events" | "none";
+
+/** The real system's cache index, as its source defines it. */
+export interface RealCacheView {
+  readonly source: CacheSource;
+  /**
+   * What the real index matches in: `characters` of the prompt text (SGLang,
+   * production-stack), `tokens`, or `blocks` of tokens (llm-d, Dynamo).
+   * @default "blocks"
+   */
+  readonly unit: "characters" | "tokens" | "blocks";
+  /**
+   * Characters per match chunk, for an index that matches whole chunks of
+   * text (production-stack's trie: 128); absent: the engine's block.
+   */
+  readonly chunkCharacters?: number;
+  /** The most leading blocks of a prompt it hashes and inserts (llm-d: 256). @default all */
+  readonly maxBlocks?: number;
+  /**
+   * Entries it keeps per instance before evicting: a number in `unit`s,
+   * `engine` (as many blocks as the engine's KV cache: llm-d's autotune,
+   * Preble's per-GPU token budget), or `unbounded` (never evicts).
+   */
+  readonly capacity: number | "engine" | "unbounded";
+  /**
+   * When it evicts, least recently used first: `on_insert`, or `periodic`
+   * (a background pass every `evictEveryMs`, SGLang's). Absent when unbounded.
+   */
+  readonly eviction?: "on_insert" | "periodic";
+  /** The periodic pass's interval, ms. */
+  readonly evictEveryMs?: number;
+}
+
+/** Where a policy's real system gets the load it reads, and how fresh. */
+export interface RealLoadView {
+  /**
+   * `router`: the router counts what it dispatched itself (in-flight
+   * requests, active tokens), always current; `scraped`: engine metrics
+   * polled every `refreshMs`; `pushed`: engine reports on every change;
+   * `none`: the policy reads no load.
+   */
+  readonly source: "router" | "scraped" | "pushed" | "none";
+  /** Scrape interval, ms (`scraped` only; 0 otherwise). */
+  readonly refreshMs: number;
+}
+
+/**
+ * What a policy's real system sees of the instances: the default view and
+ * staleness of a run of the policy (design.md, "What each router sees").
+ */
+export interface RealView {
+  readonly cache: RealCacheView;
+  readonly load: RealLoadView;
+  /**
+   * The policy models no product but the original study's simulator: on
+   * the FIFO (group-caching) model its view stays the engine-fed one the
+   * original simulator's router read. @default false
+   */
+  readonly originalStudy?: boolean;
+  /** Where the above is read: the real system's files and functions. */
+  readonly citation: string;
 }
 
 /**
@@ -153,6 +257,8 @@ export interface PolicyDescriptor<Name extends string = string> {
   readonly params: Readonly<Record<string, PolicyParameter>>;
   /** What it reads from the view. */
   readonly reads: PolicyReads;
+  /** What its real system sees: the run's default cache view and status staleness. */
+  readonly view: RealView;
   /** Builds the policy; `params` holds only known, in-bounds parameters (absent ones take their defaults). */
   create(params: Readonly<Record<string, number>>): RoutingPolicy;
 }

@@ -5,6 +5,7 @@
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask, nthAvailable } from "./_availability.ts";
+import { NO_CACHE, ROUTER_LOAD } from "./_real_views.ts";
 
 /**
  * Power of two choices; a tie between the two is broken at random. The two
@@ -39,5 +40,11 @@ export const descriptor = {
     "SGLang's power_of_two: two distinct random instances, the one with fewer in flight per unit of capacity.",
   params: {},
   reads: { blocks: false, load: false },
+  view: {
+    cache: NO_CACHE,
+    load: ROUTER_LOAD,
+    citation:
+      "sgl-model-gateway/src/policies/power_of_two.rs (request counts, `w.load()`, unless the token-load monitor is on)",
+  },
   create: (): RoutingPolicy => powerOfTwo(),
 } as const satisfies PolicyDescriptor<"power_of_two">;

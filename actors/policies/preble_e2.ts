@@ -8,6 +8,7 @@ import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
+import { PUSHED_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode prebleE2}. */
 export interface PrebleE2Options {
@@ -60,5 +61,11 @@ export const descriptor = {
     "Preble's E2: exploit a cached prefix when the new tokens are fewer than the matched ones, else explore for the lightest load.",
   params: { hostCredit: HOST_CREDIT },
   reads: { blocks: true, load: true },
+  view: {
+    cache: { source: "router_index", unit: "tokens", capacity: "engine", eviction: "on_insert" },
+    load: PUSHED_LOAD,
+    citation:
+      "WukLab/preble preble/global_scheduler_with_time.py (the global radix tree updated when it schedules; `handle_eviction` trims each GPU's share to its `max_tokens_gpu`, least recently used first)",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => prebleE2(params),
 } as const satisfies PolicyDescriptor<"preble_e2">;

@@ -7,6 +7,7 @@
 import { HOST_CREDIT } from "./_host_credit.ts";
 import { leastLoaded, leastLoadedLongestMatch } from "./_least_loaded.ts";
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
+import { ENGINE_SIZED_INDEX, PUSHED_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode prefixAware}. */
 export interface PrefixAwareOptions {
@@ -38,5 +39,12 @@ export const descriptor = {
     "The longest cached prefix match (the least loaded of equals); no match: the least loaded (the original study).",
   params: { hostCredit: HOST_CREDIT },
   reads: { blocks: true, load: false },
+  view: {
+    cache: ENGINE_SIZED_INDEX,
+    load: PUSHED_LOAD,
+    originalStudy: true,
+    citation:
+      "the original study's simulator (FIFO: its router reads the instances' LRU of groups); on a batching fleet, a router-side index inserted at routing time, as any real implementation must keep",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => prefixAware(params),
 } as const satisfies PolicyDescriptor<"prefix_aware">;

@@ -6,6 +6,7 @@
  */
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask, nthAvailable } from "./_availability.ts";
+import { NO_CACHE, NO_LOAD } from "./_real_views.ts";
 
 /**
  * Picks an instance uniformly at random from the router's stream: one draw,
@@ -29,5 +30,6 @@ export const descriptor = {
   summary: "A uniformly random instance (splits a Poisson stream; the queueing-theory check).",
   params: {},
   reads: { blocks: false, load: false },
+  view: { cache: NO_CACHE, load: NO_LOAD, citation: "a baseline: reads nothing" },
   create: (): RoutingPolicy => randomChoice(),
 } as const satisfies PolicyDescriptor<"random">;

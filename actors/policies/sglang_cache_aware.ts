@@ -7,7 +7,8 @@
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
-import { pickBy } from "./_pick.ts";
+import { firstBy } from "./_pick.ts";
+import { ROUTER_LOAD } from "./_real_views.ts";
 
 /** Parameters of {@linkcode sglangCacheAware}, with SGLang's shipped defaults. */
 export interface SglangCacheAwareOptions {
@@ -26,7 +27,13 @@ export interface SglangCacheAwareOptions {
  * router's in-flight count ÷ the instance's capacity) → the least-loaded
  * instance. Otherwise the instance with the longest prefix match (host-tier
  * blocks at `hostCredit`), if matched/total > `cacheThreshold`; else the
- * least-loaded. Ties at random.
+ * least-loaded. No random draws, as in SGLang's gateway
+ * (`sgl-model-gateway/src/policies/cache_aware.rs`, `select_worker`): the
+ * least loaded is `min_by_key`'s, the lowest index among equals, so ties
+ * pile onto the first worker; and a match goes to the *first tenant* of the
+ * deepest node the tree matched (`tree.rs`, `prefix_match`), whatever its
+ * load — the first in the tenants map's fixed order, modelled as the lowest
+ * index among the instances with the longest match.
  *
  * Both balance gates compare loads per capacity. On a mixed fleet, raw
  * counts would call the balanced state skewed (a twice-as-fast instance
@@ -46,7 +53,7 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
     hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "sglang_cache_aware",
-    choose(request, view, random) {
+    choose(request, view) {
       const { inFlight, capacity } = view;
       const available = availabilityMask(view);
       const load = (i: number) => inFlight[i] / capacity[i];
@@ -57,14 +64,12 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
         if (l > max) max = l;
         if (l < min) min = l;
       }
-      const leastLoaded = () => pickBy(view.instanceCount, (i) => -load(i), random, available);
+      const leastLoaded = () => firstBy(view.instanceCount, (i) => -load(i), available);
       if (max - min > balanceAbs && max > balanceRel * min) return leastLoaded();
       const total = request.prefixTokens + request.suffixTokens;
-      // Longest match; among equal matches the less loaded (SGLang walks its tree to the deepest node).
-      const best = pickBy(
+      const best = firstBy(
         view.instanceCount,
-        (i) => effectiveMatch(view, i, request, hostCredit) * 1e9 - load(i),
-        random,
+        (i) => effectiveMatch(view, i, request, hostCredit),
         available,
       );
       const matchedTokens = effectiveMatch(view, best, request, hostCredit) * view.blockTokens;
@@ -98,5 +103,17 @@ export const descriptor = {
     hostCredit: HOST_CREDIT,
   },
   reads: { blocks: true, load: false },
+  view: {
+    cache: {
+      source: "router_index",
+      unit: "characters",
+      capacity: 2 ** 26,
+      eviction: "periodic",
+      evictEveryMs: 120_000,
+    },
+    load: ROUTER_LOAD,
+    citation:
+      "sgl-model-gateway/src/policies/cache_aware.rs (`select_worker`: `tree.insert_text` at routing, `w.load()` the router's in-flight count; the eviction thread calls `evict_tenant_by_size(max_tree_size)` every `eviction_interval_secs`), tree.rs (`prefix_match`, per-tenant character counts); defaults 2^26 characters, 120 s",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => sglangCacheAware(params),
 } as const satisfies PolicyDescriptor<"sglang_cache_aware">;

@@ -7,6 +7,7 @@ import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
 import { pickBy } from "./_pick.ts";
+import { NO_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode vllmPrefix}. */
 export interface VllmPrefixOptions {
@@ -41,5 +42,11 @@ export const descriptor = {
     "vLLM production-stack's prefixaware router: random among the longest matches; random when nothing matches.",
   params: { hostCredit: HOST_CREDIT },
   reads: { blocks: true, load: false },
+  view: {
+    cache: { source: "router_index", unit: "characters", chunkCharacters: 128, capacity: "unbounded" },
+    load: NO_LOAD,
+    citation:
+      "vllm-project/production-stack src/vllm_router/routers/routing_logic.py (`PrefixAwareRouter`: insert after the choice), prefix/hashtrie.py (128-character chunks; the trie never evicts)",
+  },
   create: (params: Readonly<Record<string, number>>): RoutingPolicy => vllmPrefix(params),
 } as const satisfies PolicyDescriptor<"vllm_prefix">;

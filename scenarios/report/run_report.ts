@@ -82,6 +82,29 @@ function describeFleet(c: SimulationConfig): string[] {
   );
 }
 
+/**
+ * The `router view:` line: which cache view the run's router kept and how
+ * stale its reports were — by default what the policy's real system keeps
+ * (design.md, "What each router sees").
+ */
+export function describeRouterView(c: SimulationConfig): string {
+  const r = c.router, blocks = instanceModel(c.instances.model).cacheUnit === "blocks";
+  const unit = blocks ? "blocks" : "groups";
+  const cache = r.cacheView === "exact"
+    ? "exact (the engines' own cache events)"
+    : `approximate (a router-side index updated at routing, ${
+      r.approxCapacity === null
+        ? "never evicted"
+        : r.approxCapacity === undefined
+        ? `as large as each engine's cache, LRU`
+        : `${r.approxCapacity} ${unit} per instance, LRU`
+    }${blocks && (r.indexChunkBlocks ?? 1) > 1 ? `, matched in chunks of ${r.indexChunkBlocks} blocks` : ""}${
+      blocks && r.indexMaxBlocks != null ? `, first ${r.indexMaxBlocks} blocks of a prompt` : ""
+    })`;
+  const status = r.statusIntervalMs > 0 ? `status every ${r.statusIntervalMs} ms` : "status on every change";
+  return `${cache} · ${status}${r.networkDelayMs > 0 ? ` + ${r.networkDelayMs} ms network delay` : ""}`;
+}
+
 /** ` · prefill P · decode D` when a disaggregated fleet's pools have policies of their own. */
 function poolPolicies(c: SimulationConfig): string {
   return (c.prefillPolicy ? ` · prefill ${policyLabel(c.prefillPolicy)}` : "") +
@@ -167,6 +190,7 @@ export function formatReport(report: RunReport): string {
     `policy ${runPolicyLabel(report)}${poolPolicies(c)} · ${c.instances.count} instances · seed ${c.seed}`,
     ...model,
     `workload: ${workload}`,
+    `router view: ${describeRouterView(c)}`,
     "",
     `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
       percent(report.droppedFraction)

@@ -5,8 +5,10 @@
  *
  * Names, types, labels and buckets are those of vLLM {@linkcode VLLM_VERSION}'s
  * V1 engine, checked against `vllm/v1/metrics/loggers.py` (`PrometheusStatLogger`,
- * the DP-aware version that labels every series `model_name` and `engine`)
- * and docs.vllm.ai "Production Metrics". That release still emits the
+ * the DP-aware version that labels every series `model_name` and `engine`,
+ * but for the `vllm:cache_config_info` info gauge, labelled by the cache
+ * config and `engine` only: `log_metrics_info`) and docs.vllm.ai "Production
+ * Metrics". That release still emits the
  * deprecated `vllm:gpu_cache_usage_perc` and `vllm:gpu_prefix_cache_*` (renamed
  * in 0.9, hidden from 0.11) beside their new names, so routers reading either
  * find them. The text mimics Python's `prometheus_client` (labels sorted, a
@@ -92,6 +94,69 @@ export const VLLM_LATENCY_BUCKETS_S: readonly number[] = [
   1920.0,
   7680.0,
 ];
+
+/**
+ * vLLM's `build_1_2_5_buckets(max_value)` (`vllm/v1/metrics/loggers.py`):
+ * 1, 2, 5, 10, 20, 50, … up to `maxValue` inclusive — the buckets of its
+ * token-count histograms (`vllm:request_prompt_tokens`,
+ * `vllm:request_generation_tokens`), built with `max_model_len`.
+ *
+ * @example
+ * ```ts
+ * vllmOneTwoFiveBuckets(100); // [1, 2, 5, 10, 20, 50, 100]
+ * ```
+ */
+export function vllmOneTwoFiveBuckets(maxValue: number): number[] {
+  const buckets: number[] = [];
+  for (let scale = 1;; scale *= 10) {
+    for (const m of [1, 2, 5]) {
+      if (m * scale > maxValue) return buckets;
+      buckets.push(m * scale);
+    }
+  }
+}
+
+/** The KV-cache settings `vllm:cache_config_info` carries, for {@linkcode VllmMetricsOptions}. */
+export interface VllmCacheConfig {
+  /** Tokens per KV block (label `block_size`). */
+  readonly blockSize: number;
+  /** KV blocks on the GPU (label `num_gpu_blocks`). */
+  readonly numGpuBlocks: number;
+  /** Whether prefix caching is on (label `enable_prefix_caching`). */
+  readonly enablePrefixCaching: boolean;
+}
+
+/**
+ * The labels of `vllm:cache_config_info`: vLLM's `CacheConfig.metrics_info()`
+ * — every attribute of the config as Python's `str()` writes it, so `True`,
+ * `None`, `0.9` — plus `engine` (`PrometheusStatLogger.log_metrics_info`),
+ * and no `model_name`. Attributes other than the three given are vLLM's
+ * defaults for an engine without CPU offload or swap use (`swap_space` 4 GiB
+ * is reserved but unused by V1, whose `num_cpu_blocks` is 0). Read from the
+ * stored `vllm/config.py` `CacheConfig` (fields, then `swap_space_bytes` from
+ * `__post_init__`); the 0.10.1 tag could not be pinned (design.md).
+ */
+export function vllmCacheConfigLabels(config: VllmCacheConfig, engine: string): Record<string, string> {
+  return {
+    block_size: String(config.blockSize),
+    gpu_memory_utilization: "0.9",
+    swap_space: "4",
+    cache_dtype: "auto",
+    is_attention_free: "False",
+    num_gpu_blocks_override: "None",
+    sliding_window: "None",
+    enable_prefix_caching: config.enablePrefixCaching ? "True" : "False",
+    prefix_caching_hash_algo: "builtin",
+    cpu_offload_gb: "0",
+    calculate_kv_scales: "False",
+    cpu_kvcache_space_bytes: "None",
+    mamba_page_size_padded: "None",
+    num_gpu_blocks: String(config.numGpuBlocks),
+    num_cpu_blocks: "0",
+    swap_space_bytes: String(4 * 2 ** 30),
+    engine,
+  };
+}
 
 /** One sample of an exposition: a series name, its labels and its value. */
 export interface Sample {
@@ -333,20 +398,35 @@ export class PromText {
 /** The `finished_reason` label values of `vllm:request_success_total`. */
 const FINISH_REASONS = ["stop", "length", "abort"] as const;
 
+/** Options for {@linkcode VllmMetrics}. */
+export interface VllmMetricsOptions {
+  /** The engine index (label `engine`). @default "0" */
+  readonly engine?: string;
+  /** The server's `max_model_len`: the top of the token-count histograms' 1-2-5 buckets. */
+  readonly maxModelLen: number;
+  /** The instance's KV-cache settings, for `vllm:cache_config_info`. */
+  readonly cacheConfig: VllmCacheConfig;
+}
+
 /**
  * One simulated instance's vLLM `/metrics`: gauges set by
- * {@linkcode VllmMetrics.setLoad}, counters and fixed-bucket histograms fed by
- * {@linkcode VllmMetrics.observe} (which allocates nothing).
+ * {@linkcode VllmMetrics.setLoad}, the preemption counter by
+ * {@linkcode VllmMetrics.setPreemptions}, counters and fixed-bucket
+ * histograms fed by {@linkcode VllmMetrics.observe} (which allocates
+ * nothing), and the `vllm:cache_config_info` info gauge.
  *
  * Deviations from vLLM, all documented: prefix-cache queries/hits (tokens, as
  * vLLM counts them) are added when a request finishes, not when it is
  * scheduled; TPOT is the request's mean inter-token time observed once per
  * interval (outputTokens − 1 times), where vLLM observes each interval; no
- * `_created` series, no preemption counter, no token-count histograms.
+ * `_created` series; no `iteration_tokens_total`, `request_max_num_generation_tokens`,
+ * `request_params_*` or `request_{inference,prefill,decode}_time_seconds` histograms.
  */
 export class VllmMetrics {
   readonly #labels: Readonly<Record<string, string>>;
+  readonly #info: Readonly<Record<string, string>>;
   readonly #load = { running: 0, waiting: 0, kvUsage: 0 };
+  #preemptions = 0;
   #promptTokens = 0;
   #cachedTokens = 0;
   #generationTokens = 0;
@@ -355,13 +435,20 @@ export class VllmMetrics {
   readonly #tpot = new BucketHistogram(VLLM_TPOT_BUCKETS_S);
   readonly #e2e = new BucketHistogram(VLLM_LATENCY_BUCKETS_S);
   readonly #queue = new BucketHistogram(VLLM_LATENCY_BUCKETS_S);
+  readonly #promptLengths: BucketHistogram;
+  readonly #outputLengths: BucketHistogram;
 
   /**
    * @param modelName the served model name (label `model_name`)
-   * @param engine the engine index (label `engine`) @default "0"
+   * @param options the engine index, `max_model_len` and KV-cache settings
    */
-  constructor(modelName: string, engine = "0") {
+  constructor(modelName: string, options: VllmMetricsOptions) {
+    const engine = options.engine ?? "0";
     this.#labels = { model_name: modelName, engine };
+    this.#info = vllmCacheConfigLabels(options.cacheConfig, engine);
+    const lengths = vllmOneTwoFiveBuckets(options.maxModelLen);
+    this.#promptLengths = new BucketHistogram(lengths);
+    this.#outputLengths = new BucketHistogram(lengths);
   }
 
   /** Sets the scheduler gauges (running, waiting, KV-cache usage 0..1). */
@@ -371,7 +458,18 @@ export class VllmMetrics {
     this.#load.kvUsage = load.kvUsage;
   }
 
-  /** Records a finished request: token counters, `request_success`, TTFT/TPOT/e2e/queue histograms. */
+  /**
+   * Sets `vllm:num_preemptions_total` to the engine's preemptions so far.
+   * @throws {RangeError} when `total` is below the count already set (a counter never decreases).
+   */
+  setPreemptions(total: number): void {
+    if (!(total >= this.#preemptions)) {
+      throw new RangeError(`preemptions: expected a total >= ${this.#preemptions}, got ${total}`);
+    }
+    this.#preemptions = total;
+  }
+
+  /** Records a finished request: token counters, `request_success`, token-count and TTFT/TPOT/e2e/queue histograms. */
   observe(done: FinishedRequestStats): void {
     this.#promptTokens += done.promptTokens;
     this.#cachedTokens += done.cachedTokens;
@@ -383,6 +481,8 @@ export class VllmMetrics {
       );
     }
     this.#success[reason]++;
+    this.#promptLengths.observe(done.promptTokens);
+    this.#outputLengths.observe(done.outputTokens);
     this.#ttft.observe(done.ttftS);
     if (done.tpotS !== null) this.#tpot.observe(done.tpotS, done.outputTokens - 1);
     this.#e2e.observe(done.e2eS);
@@ -438,6 +538,11 @@ export class VllmMetrics {
         "Prefix cache hits, in terms of number of cached tokens.",
         one(this.#cachedTokens),
       )
+      .counter(
+        "vllm:num_preemptions_total",
+        "Cumulative number of preemption from the engine.",
+        one(this.#preemptions),
+      )
       .counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", one(this.#promptTokens))
       .counter(
         "vllm:generation_tokens_total",
@@ -452,12 +557,28 @@ export class VllmMetrics {
           value: this.#success[i],
         })),
       );
-    return this.#histograms(out).text();
+    // Registered last in vLLM (at `log_engine_initialized`), so exposed last.
+    return this.#histograms(out)
+      .gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig", [{
+        labels: this.#info,
+        value: 1,
+      }])
+      .text();
   }
 
   #histograms(out: PromText): PromText {
     const labels = this.#labels, one = (histogram: BucketHistogram) => [{ labels, histogram }];
     return out
+      .histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        one(this.#promptLengths),
+      )
+      .histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        one(this.#outputLengths),
+      )
       .histogram(
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",

@@ -16,6 +16,7 @@
  * like a model meeting its end-of-sequence token. `max_tokens` defaults as
  * OpenAI's: 16 for completions, the rest of the context for chat.
  */
+import { BatchingInstance } from "../../actors/batching_instance.ts";
 import { ClientBridge, type ClientBridgeCommand, type ClientSink } from "../../actors/client_bridge.ts";
 import { sampleLength } from "../../actors/distributions.ts";
 import type { ModelInstance } from "../../actors/instance_model.ts";
@@ -154,7 +155,17 @@ class Fleet implements SimFleet, ClientSink {
         firstTokensTo: bridge as ActorRef<FirstToken>,
       });
       this.#instances.push(this.#runtime.spawn(`instance/${i}`, instance));
-      this.#metrics.push(new VllmMetrics(options.servedModelName));
+      const engine = config.instances.engine;
+      this.#metrics.push(
+        new VllmMetrics(options.servedModelName, {
+          maxModelLen: options.maxModelLen,
+          cacheConfig: {
+            blockSize: engine.blockTokens,
+            numGpuBlocks: engine.kvBlocks,
+            enablePrefixCaching: engine.prefixCaching,
+          },
+        }),
+      );
       this.#lengths.push(createRandomStream(config.seed, `serve/length/${i}`));
     }
   }
@@ -259,6 +270,7 @@ class Fleet implements SimFleet, ClientSink {
     const status = actor.snapshot();
     const metrics = this.#metrics[instance];
     metrics.setLoad({ running: status.running, waiting: status.waiting, kvUsage: status.kvUtilization });
+    if (actor instanceof BatchingInstance) metrics.setPreemptions(actor.preemptions);
     return metrics.text();
   }
 
