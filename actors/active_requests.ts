@@ -89,6 +89,19 @@ export class ActiveRequests {
     entry.prefillTokens = 0;
   }
 
+  /**
+   * `instance` restarted cold (a crash, or provisioned anew): nothing the
+   * router sent the one before is active there. Its requests in flight
+   * failed and were let go one by one; this also lets go of those whose
+   * finish the old instance never got to report.
+   */
+  forget(instance: number): void {
+    this.#entries[instance].clear();
+    this.#runs[instance].clear();
+    this.prefillTokens[instance] = 0;
+    this.blocks[instance] = 0;
+  }
+
   /** Request `requestId` finished (or failed) at `instance`: nothing of it is active there any more. */
   finished(instance: number, requestId: number): void {
     if (this.#entries[instance].has(requestId)) this.#remove(instance, requestId);

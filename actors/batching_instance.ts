@@ -48,10 +48,21 @@ export interface BatchingInstanceOptions {
   readonly blockTokens: number;
   /** KV capacity in blocks. */
   readonly kvBlocks: number;
-  /** Token budget of one step (prefill tokens + one per decoding sequence). @default 2048 */
+  /** Token budget of one step (prefill tokens + one per decoding sequence). */
   readonly maxBatchTokens: number;
-  /** Most sequences running at once. @default 256 */
+  /** Most sequences running at once. */
   readonly maxSeqs: number;
+  /**
+   * Admit a waiting request only when its whole sequence (prompt, and any
+   * output a preempted one already has) fits in the free blocks, though
+   * blocks are still taken chunk by chunk: vLLM's
+   * `scheduler_reserve_full_isl` (`SchedulerConfig`, on by default; the
+   * scheduler passes it to `allocate_slots` as `full_sequence_must_fit`),
+   * which keeps chunked prefill from over-admitting long prompts and
+   * thrashing the cache. false: admit when the first chunk fits (vLLM before
+   * the option). @default true
+   */
+  readonly reserveFullIsl?: boolean;
   /** Reuse cached prefix blocks. @default true */
   readonly prefixCaching: boolean;
   /** Requests that may wait for admission; more are dropped (`queue_full`). */
@@ -350,6 +361,8 @@ export class BatchingInstance extends InstanceActor<Own> {
   #handOff(seq: Sequence, ctx: ActorContext<BatchingCommand>): void {
     const { request, command } = seq;
     this.#held.set(request.id, seq);
+    // The prefill is done: a router counting its own active prefill (Dynamo) lets go of it now.
+    this.reporter.prefilled(request.id);
     const prefill: PrefillDone = {
       index: this.index,
       ref: ctx.self,
@@ -752,7 +765,11 @@ export class BatchingInstance extends InstanceActor<Own> {
       ? computed // its first chunk waits for the load
       : computed + Math.min(seq.target - computed, budget);
     const needed = Math.ceil(tokens / B) - hits;
-    if (needed + cache.unreferenced(keys, hits) > cache.free + cache.evictable) return false;
+    // The gate counts the whole sequence (vLLM's full_sequence_must_fit); only the chunk's blocks are taken.
+    const gate = this.#options.reserveFullIsl === false
+      ? needed
+      : Math.max(needed, Math.ceil(seq.target / B) - hits);
+    if (gate + cache.unreferenced(keys, hits) > cache.free + cache.evictable) return false;
     this.#account(ctx.now());
     if (loaded > 0) this.host!.take(keys, hits, loaded);
     cache.acquire(keys, hits);

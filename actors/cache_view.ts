@@ -314,7 +314,8 @@ export class ApproximateCacheView implements CacheView {
   #blockIndex(i: number): KvBlockCache {
     const index = new KvBlockCache(this.#size(i)), tier = this.#tiers?.[i];
     // What the index evicts, the instance's host tier is believed to hold.
-    if (tier !== undefined) index.onRunChange = (key, cached) => tier.gpuChanged(key, cached);
+    // (A prompt's unshared private runs, negative keys, are never cached by the engine, so never demoted.)
+    if (tier !== undefined) index.onRunChange = (key, cached) => key >= 0 && tier.gpuChanged(key, cached);
     return index;
   }
 

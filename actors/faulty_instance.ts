@@ -330,9 +330,15 @@ export class FaultyInstance implements ServingActor {
     const m = message as Outgoing;
     switch (m.type) {
       case "status":
-        if (this.#partitions > 0) return;
+        if (this.#partitions > 0) {
+          // The report is lost, but not the request events it carried: the next one that gets through does.
+          this.#heldPrefilled.push(...(m.prefilledIds ?? []));
+          this.#heldFinished.push(...(m.finishedIds ?? []));
+          return;
+        }
+        message = this.#withHeldEvents(m);
         if (this.#refusesNew) {
-          const draining: InstanceStatus = { ...m, draining: true };
+          const draining: InstanceStatus = { ...(message as InstanceStatus), draining: true };
           message = draining;
         }
         break;
@@ -351,6 +357,24 @@ export class FaultyInstance implements ServingActor {
     }
     ctx.send(to, message, delayMs);
   };
+
+  /** Request events of reports a partition swallowed, for the next report that gets through. */
+  #heldPrefilled: number[] = [];
+  #heldFinished: number[] = [];
+
+  /** `status` with the request events held back from swallowed reports in front of its own. */
+  #withHeldEvents(status: InstanceStatus): InstanceStatus {
+    if (this.#heldPrefilled.length === 0 && this.#heldFinished.length === 0) return status;
+    const prefilledIds = [...this.#heldPrefilled, ...(status.prefilledIds ?? [])];
+    const finishedIds = [...this.#heldFinished, ...(status.finishedIds ?? [])];
+    this.#heldPrefilled = [];
+    this.#heldFinished = [];
+    return {
+      ...status,
+      ...(prefilledIds.length > 0 && { prefilledIds }),
+      ...(finishedIds.length > 0 && { finishedIds }),
+    };
+  }
 
   /** Builds a cold model instance (a new generation), counting into this wrapper's counts. */
   #build(): ModelInstance {

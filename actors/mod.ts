@@ -14,7 +14,15 @@ export {
   WorkloadSource,
 } from "./workload_source.ts";
 export { createArrivalProcess, expectedArrivals } from "./arrival_process.ts";
-export type { AutoscaleConfig, AutoscaleSignal, Fault } from "./faults.ts";
+export type {
+  AutoscaleBehavior,
+  AutoscaleConfig,
+  AutoscaleSignal,
+  Fault,
+  ScalingPolicy,
+  ScalingRules,
+  SelectPolicy,
+} from "./faults.ts";
 export { FaultyInstance } from "./faulty_instance.ts";
 export { FaultInjector } from "./fault_injector.ts";
 export { Autoscaler } from "./autoscaler.ts";

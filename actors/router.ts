@@ -388,7 +388,10 @@ export class InstanceTable implements RouterView {
     this.pendingPrefillTokens[i] = status.pendingPrefillTokens;
     this.decodeBlocks[i] = status.decodeBlocks;
     this.lastHeardMs[i] = nowMs;
-    if (status.restarted === true) this.cacheView.forget?.(i);
+    if (status.restarted === true) {
+      this.cacheView.forget?.(i);
+      this.#active?.forget(i);
+    }
     this.cacheView.apply(status, i);
     const active = this.#active;
     if (active !== undefined) {

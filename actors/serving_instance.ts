@@ -197,6 +197,8 @@ export class ServingInstance extends InstanceActor<FifoTimer> {
     if (current.request.prefixGroup >= 0) this.cache.markComputed(current.request.prefixGroup);
     const decodeMs = this.#options.decodeMsPerToken * current.request.outputTokens * this.#currentSlowdown;
     this.firstToken(current.request.id, 0, decodeMs / Math.max(1, current.request.outputTokens - 1), ctx);
+    // Counts did not change, but a router counting its own active prefill waits for this first token.
+    if (this.reporter.wantsFirstTokenReports) this.reporter.changed(ctx, current.replyTo);
     if (decodeMs > 0) ctx.schedule(decodeMs, DECODE_DONE);
     else this.#finish(ctx);
   }

@@ -23,6 +23,13 @@ export interface StatusReportingOptions {
    * since the last report (a router's own per-request accounting). @default false
    */
   readonly requestEvents?: boolean;
+  /**
+   * With `requestEvents`: report at each first token even when no count
+   * changed, so the router's active prefill is current (a built-in policy
+   * that reads `requests`). Without it the ids ride on the next report.
+   * @default false
+   */
+  readonly firstTokenReports?: boolean;
   /** Where to announce each request's first token (`deno task serve`'s streaming). @default nowhere */
   readonly firstTokensTo?: ActorRef<FirstToken>;
 }
@@ -69,9 +76,14 @@ export class StatusReporter {
     return this.#options.loadSignals === true;
   }
 
-  /** Whether cache events wait to be reported. */
+  /** Whether a first token must be reported at once, though no count changed (see `firstTokenReports`). */
+  get wantsFirstTokenReports(): boolean {
+    return this.#options.requestEvents === true && this.#options.firstTokenReports === true;
+  }
+
+  /** Whether cache or request events wait to be reported. */
   get hasEvents(): boolean {
-    return this.#groups.size + this.#runs.size > 0;
+    return this.#groups.size + this.#runs.size + this.#prefilled.length + this.#finished.length > 0;
   }
 
   /** Records a group the instance advertises. */

@@ -448,6 +448,8 @@ export function statusReporting(
       (reads.blocks || routerReadsBlocks),
     loadSignals: reads.load,
     requestEvents: reads.requests === true,
+    // A plugin is told every request event, on the reports it gets anyway: it costs no extra message.
+    firstTokenReports: reads.requests === true && !pluginPolicy,
   };
 }
 

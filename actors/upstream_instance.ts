@@ -74,6 +74,13 @@ export interface UpstreamInstanceOptions {
   readonly statusTtlMs: number;
   /** Where completion records and other ends go. */
   readonly metrics: ActorRef<GatewayMetricsCommand>;
+  /**
+   * Report at each request's first token too (its id in `prefilledIds`), for
+   * a router that counts its own active prefill (a policy reading
+   * `requests`, such as Dynamo's). Ids ride on every report either way.
+   * @default false
+   */
+  readonly requestEvents?: boolean;
 }
 
 /** One request forwarded and not finished. */
@@ -102,6 +109,11 @@ interface Open {
  * ```
  */
 export class UpstreamInstance implements Actor<UpstreamCommand> {
+  readonly #requestEvents: boolean;
+  /** Requests whose first token came back since the last report (reported once, by id). */
+  #prefilledIds: number[] = [];
+  /** Requests closed (finished, failed or ended) since the last report. */
+  #finishedIds: number[] = [];
   /** The upstream's index among the gateway's upstreams. */
   readonly index: number;
   readonly #host: UpstreamHost;
@@ -121,6 +133,7 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
     this.index = index;
     this.#host = host;
     this.#ttlMs = options.statusTtlMs;
+    this.#requestEvents = options.requestEvents === true;
     this.#metrics = options.metrics;
   }
 
@@ -164,12 +177,16 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
       case "probe":
         this.#router = message.replyTo;
         if (this.#reachable && ctx.now() - this.#lastGoodScrapeMs <= this.#ttlMs) {
-          ctx.send(message.replyTo, this.status());
+          ctx.send(message.replyTo, this.#withEvents(this.status()));
         }
         return;
       case "upstream_first_token": {
         const open = this.#open.get(message.requestId);
-        if (open !== undefined && open.firstTokenMs === undefined) open.firstTokenMs = ctx.now();
+        if (open === undefined || open.firstTokenMs !== undefined) return;
+        open.firstTokenMs = ctx.now();
+        // A router that counts its own active prefill (Dynamo) lets go of it at the first token.
+        this.#prefilledIds.push(message.requestId);
+        if (this.#requestEvents) this.#report(ctx);
         return;
       }
       case "upstream_finished":
@@ -217,6 +234,7 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
     if (open === undefined) return undefined;
     this.#open.delete(requestId);
     this.#counts.count(open.command.replica);
+    this.#finishedIds.push(requestId);
     return open;
   }
 
@@ -271,6 +289,23 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
   }
 
   #report(ctx: ActorContext<UpstreamCommand>): void {
-    if (this.#router !== undefined) ctx.send(this.#router, this.status());
+    if (this.#router !== undefined) ctx.send(this.#router, this.#withEvents(this.status()));
+  }
+
+  /**
+   * `status` with the ids of the requests that produced their first token or
+   * finished since the last report, for a router that accounts per request
+   * (each id is reported once).
+   */
+  #withEvents(status: InstanceStatus): InstanceStatus {
+    if (this.#prefilledIds.length === 0 && this.#finishedIds.length === 0) return status;
+    const events: InstanceStatus = {
+      ...status,
+      ...(this.#prefilledIds.length > 0 && { prefilledIds: this.#prefilledIds }),
+      ...(this.#finishedIds.length > 0 && { finishedIds: this.#finishedIds }),
+    };
+    this.#prefilledIds = [];
+    this.#finishedIds = [];
+    return events;
   }
 }

@@ -7,4 +7,4 @@
  */
 
 /** The simulator's version. */
-export const SIMULATOR_VERSION = "0.7.0";
+export const SIMULATOR_VERSION = "0.8.0";

@@ -220,6 +220,7 @@ const engine = z.strictObject({
   maxBatchTokens: count(1).optional(),
   maxSeqs: count(1).optional(),
   prefixCaching: z.boolean().default(true),
+  reserveFullIsl: z.boolean().default(true),
   hostKvBlocks: count(0).default(0),
   hostKvGbps: positiveOrInfinite.default(512),
 }).prefault({}).transform((e) => {
@@ -235,6 +236,7 @@ const engine = z.strictObject({
     maxBatchTokens: e.maxBatchTokens ?? preset.maxBatchTokens,
     maxSeqs: e.maxSeqs ?? preset.maxSeqs,
     prefixCaching: e.prefixCaching,
+    reserveFullIsl: e.reserveFullIsl,
     hostKvBlocks: e.hostKvBlocks,
     hostKvGbps: e.hostKvGbps,
   };
@@ -449,7 +451,7 @@ function resolveRouterView<
     cacheUnit: instanceModel(s.instances.model).cacheUnit,
     blockTokens: s.instances.engine.blockTokens,
     groupTokens: s.workload.prefix.tokens,
-  });
+  }, s.policy);
   const r = s.router;
   return {
     ...s,

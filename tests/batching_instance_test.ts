@@ -98,13 +98,13 @@ Deno.test("batching: a request queued behind a chunked prefill of its prefix joi
   assertAlmostEquals(b.firstTokenMs, 21.08, 1e-9);
 });
 
-Deno.test("batching: admission needs blocks for the first chunk only, not the whole prompt", () => {
+Deno.test("batching: without the full-sequence gate, admission needs blocks for the first chunk only", () => {
   // 36 blocks. X (158 tokens, 2 out) holds 10 after step 1 (6.58 ms). A (480 tokens) arrives at
   // 1 ms: its whole prompt needs 30 blocks, 26 are free, but its first chunk (255 tokens beside
   // X's decode) needs 16, so it starts at 6.58 (step 5 + 2.55 + 0.1 → 14.23). X then finishes;
   // A's last 225 tokens take 14 more blocks: 5 + 2.25 → first token at 21.48. (Whole-prompt
   // admission would start A at 11.68, when X leaves, and give it its first token at 26.48.)
-  const s = setup({ kvBlocks: 36 });
+  const s = setup({ kvBlocks: 36, reserveFullIsl: false });
   s.serve(req(0, -1, 158, 2, 0));
   s.serve(req(1, -1, 480, 1, 1));
   s.kernel.run();
@@ -116,14 +116,14 @@ Deno.test("batching: admission needs blocks for the first chunk only, not the wh
   assertEquals([atAdmission.running, atAdmission.kvUtilization], [2, 26 / 36]);
 });
 
-Deno.test("batching: an older sequence that needs a block preempts the newest, which nobody admits again in that step", () => {
+Deno.test("batching: full-sequence gate off, an older sequence that needs a block preempts the newest, which nobody admits again in that step", () => {
   // 39 blocks. X (158 tokens, 5 out) holds 10. A (463 tokens, 2 out) is admitted at 6.58 with
   // 16 blocks (255 tokens), and at 14.23 takes the 13 left for its last 208 (step 7.18 → 21.41,
   // its first token). At 21.41 X's KV reaches 161 tokens: an 11th block, none free, so A (the
   // newest) is preempted and X decodes alone (5.1 → 26.51). A is readmitted at 26.51 (255
   // tokens, 7.65 → 34.16, X's last token) and recomputes its other 209 (7.09 → 41.25), where
   // its recompute yields its second token.
-  const s = setup({ kvBlocks: 39 });
+  const s = setup({ kvBlocks: 39, reserveFullIsl: false });
   s.serve(req(0, -1, 158, 5, 0));
   s.serve(req(1, -1, 463, 2, 1));
   s.kernel.run();
@@ -134,6 +134,21 @@ Deno.test("batching: an older sequence that needs a block preempts the newest, w
   assertAlmostEquals(a.endMs, 41.25, 1e-9);
   assertEquals(s.metrics.ofType("instance_stats").at(-1)!.message.preemptions, 1);
   assertEquals(s.instance.preemptions, 1);
+});
+
+Deno.test("batching: by default a request is admitted only when its whole prompt fits, though it takes blocks chunk by chunk", () => {
+  // The case above with vLLM's default gate (scheduler_reserve_full_isl): A's 480 tokens need 30
+  // blocks and only 26 are free while X runs, so A waits for X to leave at 11.68; then its first
+  // chunk (256 tokens) takes 16 blocks, not 30.
+  const s = setup({ kvBlocks: 36 });
+  s.serve(req(0, -1, 158, 2, 0));
+  s.serve(req(1, -1, 480, 1, 1));
+  s.kernel.run();
+  const a = s.completed().find((r) => r.requestId === 1)!;
+  assertAlmostEquals(a.startMs, 11.68, 1e-9);
+  assertAlmostEquals(a.firstTokenMs, 26.48, 1e-9);
+  const atAdmission = s.router.received.filter((r) => Math.abs(r.timeMs - 11.68) < 1e-9).at(-1)!.message;
+  assertEquals([atAdmission.running, atAdmission.kvUtilization], [1, 16 / 36]);
 });
 
 Deno.test("batching: a preempted sequence's cached blocks stay, so its recompute hits them", () => {

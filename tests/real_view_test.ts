@@ -139,6 +139,32 @@ Deno.test("with an engine-fed view and no report yet, the same burst is spread (
   assertEquals(choices, [0, 1, 2, 3, 0, 1, 2, 3]);
 });
 
+Deno.test("production-stack's prefix router follows its own trie: a burst goes wherever its first request went", () => {
+  // No load term: the first request is a miss (random over all), the trie then holds the prefix at
+  // that instance alone, and every later request matches there (2 chunks of 2 blocks: 4 of 4).
+  const table = new InstanceTable(4, {
+    cacheView: new ApproximateCacheView(4, "blocks", Infinity, undefined, { chunkBlocks: 2 }),
+    blockTokens: B,
+    cacheUnit: "blocks",
+  });
+  const choices = burst({ name: "vllm_prefix" }, table, Array.from({ length: 30 }, (_, i) => request(i, 7)));
+  assertEquals(new Set(choices).size, 1);
+});
+
+Deno.test("Preble exploits the instance its global tree credits with a prefix, while the new tokens are fewer", () => {
+  // 64 prefix + 32 suffix: after the first routing the tree credits 64 tokens at one instance and
+  // 96 − 64 = 32 < 64 new tokens, so every later request exploits it (no engine report changes
+  // the load cost in a burst). A prompt whose new part is longer (64 + 100) explores instead: the
+  // lowest load cost, all 0 here, drawn at random among the four.
+  const table = indexedTable(4);
+  const choices = burst({ name: "preble_e2" }, table, Array.from({ length: 20 }, (_, i) => request(i, 7)));
+  assertEquals(new Set(choices).size, 1);
+  const explored = new Set(
+    burst({ name: "preble_e2" }, table, Array.from({ length: 40 }, (_, i) => request(100 + i, 7, 64, 100))),
+  );
+  assert(explored.size > 1, `explored ${[...explored]}`);
+});
+
 Deno.test("SGLang sends a miss to the lowest index among the least loaded, with no random draw", () => {
   const table = indexedTable(3);
   table.apply(status(0, {}));
@@ -266,20 +292,59 @@ Deno.test("Dynamo at T > 0 samples over costs normalised by their range, one dra
   assertEquals([at(0.5), at(0.6), at(0.9)], [0, 1, 2]);
 });
 
-Deno.test("every request a Dynamo run routes leaves the router's accounting when it finishes", () => {
+/** Runs `input` and returns the router's view at the end. */
+function finalView(input: Record<string, unknown>): { view: InstanceTable; completed: number } {
   let router: Router | undefined;
-  const result = simulate(
-    parseScenario({
-      policy: { name: "dynamo_kv" },
-      instances: { model: "batching", count: 3 },
-      workload: { requests: 600, ratePerSec: 60 },
-    }),
-    { inspect: (run) => router = run.router },
-  );
-  assertEquals(result.completed, 600);
-  const view = router!.view;
-  assert(view.routedCount === 600);
-  for (let i = 0; i < 3; i++) {
-    assertEquals([view.activePrefillTokens[i], view.activeBlocks[i]], [0, 0], `instance ${i}`);
+  const result = simulate(parseScenario(input), { inspect: (run) => router = run.router });
+  return { view: router!.view, completed: result.completed };
+}
+
+Deno.test("every request a Dynamo run routes leaves the router's accounting, whatever the reports' rhythm and faults", async (t) => {
+  const base = {
+    policy: { name: "dynamo_kv" },
+    instances: { model: "batching", count: 3 },
+    workload: { requests: 600, ratePerSec: 60 },
+  };
+  const cases: [string, Record<string, unknown>][] = [
+    ["no fault", {}],
+    ["a crash and a restart", { faults: [{ instance: 0, kind: "crash", atMs: 3000, forMs: 2000 }] }],
+    ["a partition (its reports are lost, not their request events)", {
+      faults: [{ instance: 0, kind: "partition", atMs: 3000, forMs: 2000 }],
+    }],
+  ];
+  for (const [label, extra] of cases) {
+    for (const statusIntervalMs of [0, 100]) {
+      await t.step(`${label}, status every ${statusIntervalMs} ms`, () => {
+        const { view, completed } = finalView({ ...base, ...extra, router: { statusIntervalMs } });
+        assertEquals(completed, 600);
+        assertEquals(view.routedCount >= 600, true);
+        for (let i = 0; i < 3; i++) {
+          assertEquals([view.activePrefillTokens[i], view.activeBlocks[i]], [0, 0], `instance ${i}`);
+        }
+      });
+    }
   }
+});
+
+Deno.test("a FIFO instance tells a router that counts its active prefill of each first token when it comes", () => {
+  // One prompt of 16,000 prefix tokens and a short suffix: prefill ≈ 30 + 0.04 × 16,100 ≈ 674 ms,
+  // then 3,000 ms of decode. At 500 ms its prefill tokens are active; at 1,000 ms the request is
+  // decoding: they are not, its blocks still are.
+  const at = (untilMs: number) =>
+    finalView({
+      policy: { name: "dynamo_kv" },
+      instances: { model: "fifo", count: 2, decodeMsPerToken: 1 },
+      workload: {
+        requests: 1,
+        ratePerSec: 100,
+        prefix: { tokens: 16_000 },
+        outputTokens: { dist: "constant", value: 3000 },
+      },
+      untilMs,
+    }).view;
+  const before = at(500), after = at(1000);
+  assert(before.activePrefillTokens[0] + before.activePrefillTokens[1] > 16_000);
+  const i = after.activeBlocks[0] > 0 ? 0 : 1;
+  assertEquals(after.activePrefillTokens[i], 0);
+  assert(after.activeBlocks[i] > 1000, `active blocks ${after.activeBlocks[i]}`);
 });

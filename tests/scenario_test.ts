@@ -26,6 +26,7 @@ Deno.test("an empty scenario gets every documented default", () => {
       maxBatchTokens: 8192,
       maxSeqs: 1024,
       prefixCaching: true,
+      reserveFullIsl: true,
       hostKvBlocks: 0,
       hostKvGbps: 512,
     },

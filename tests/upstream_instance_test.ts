@@ -45,6 +45,38 @@ function harness(ttlMs = 1000) {
   return { kernel, host, router, metrics, upstream, ref, routerRef, serve };
 }
 
+Deno.test("an upstream tells a router that counts per request which requests began and finished, once each", () => {
+  const kernel = new Kernel({ seed: 1 });
+  const router = new Recorder<RouterCommand>();
+  const metrics = new Recorder<GatewayMetricsCommand>();
+  const routerRef = kernel.spawn("router", router);
+  const upstream = new UpstreamInstance(0, new FakeHost(), {
+    statusTtlMs: 1000,
+    metrics: kernel.spawn("metrics", metrics),
+    requestEvents: true,
+  });
+  const ref: ActorRef<UpstreamCommand> = kernel.spawn("upstream/0", upstream);
+  upstream.reportTo(routerRef);
+  for (const id of [1, 2]) kernel.send(ref, { type: "serve", request: req(id), replyTo: routerRef });
+  kernel.send(ref, { type: "upstream_first_token", requestId: 1 }, 10);
+  kernel.send(ref, {
+    type: "upstream_finished",
+    requestId: 1,
+    promptTokens: 40,
+    cachedTokens: 0,
+    outputTokens: 5,
+  }, 20);
+  kernel.send(ref, { type: "upstream_first_token", requestId: 2 }, 30);
+  kernel.send(ref, { type: "upstream_ended", requestId: 2, outcome: "cancelled" }, 40);
+  kernel.run();
+  const reports = router.ofType("status").map((
+    r,
+  ) => [r.timeMs, r.message.prefilledIds, r.message.finishedIds]);
+  assertEquals(reports, [[10, [1], undefined], [20, undefined, [1]], [30, [2], undefined], [40, undefined, [
+    2,
+  ]]]);
+});
+
 Deno.test("an upstream forwards a serve and turns first token and finish into a completion record and a report", () => {
   const h = harness();
   h.kernel.send(h.ref, h.serve(req(7, { arrivalMs: 0 })), 5);

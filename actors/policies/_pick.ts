@@ -43,15 +43,9 @@ export function pickBy(
  * whose entry is 1 compete.
  */
 export function firstBy(n: number, score: (i: number) => number, available?: ArrayLike<number>): number {
-  let best = -1, bestScore = -Infinity;
-  for (let i = 0; i < n; i++) {
-    if (available !== undefined && available[i] !== 1) continue;
-    const s = score(i);
-    if (Number.isNaN(s)) continue;
-    if (best < 0 || s > bestScore) {
-      best = i;
-      bestScore = s;
-    }
-  }
-  return best;
+  // A "random" number that never wins a tie: the first of equals stays.
+  return pickBy(n, score, NEVER_REPLACE, available);
 }
+
+/** A stream whose every draw is 1: `random() * ties < 1` never holds, so no tie replaces the first. */
+const NEVER_REPLACE: RandomStream = () => 1;

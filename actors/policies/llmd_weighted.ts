@@ -98,6 +98,7 @@ export const descriptor = {
       source: "router_index",
       unit: "blocks",
       maxBlocks: 256,
+      maxBlocksParameter: "maxPrefixBlocks",
       capacity: "engine",
       eviction: "on_insert",
     },

@@ -20,7 +20,18 @@ import { descriptor as roundRobinPolicy } from "./round_robin.ts";
 import { descriptor as sglangCacheAwarePolicy } from "./sglang_cache_aware.ts";
 import { descriptor as vllmPrefixPolicy } from "./vllm_prefix.ts";
 
-export type { PolicyDescriptor, PolicyParameter, PolicyReads, RouterView, RoutingPolicy } from "./policy.ts";
+export type {
+  CacheSource,
+  PolicyDescriptor,
+  PolicyParameter,
+  PolicyReads,
+  RealCacheView,
+  RealLoadView,
+  RealView,
+  RouterView,
+  RoutingPolicy,
+} from "./policy.ts";
+export { CHARS_PER_TOKEN, realViewDefaults, type ViewDefaults, type ViewFleet } from "./real_view.ts";
 export { chwbl } from "./chwbl.ts";
 export { dynamoKv } from "./dynamo_kv.ts";
 export { hybrid } from "./hybrid.ts";

@@ -198,6 +198,8 @@ export interface RealCacheView {
   readonly chunkCharacters?: number;
   /** The most leading blocks of a prompt it hashes and inserts (llm-d: 256). @default all */
   readonly maxBlocks?: number;
+  /** The policy parameter that sets `maxBlocks` too, when it has one (llm-d: `maxPrefixBlocks`). */
+  readonly maxBlocksParameter?: string;
   /**
    * Entries it keeps per instance before evicting: a number in `unit`s,
    * `engine` (as many blocks as the engine's KV cache: llm-d's autotune,

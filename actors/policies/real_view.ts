@@ -42,8 +42,16 @@ export interface ViewDefaults {
   readonly statusIntervalMs: number;
 }
 
-/** The router settings of `descriptor`'s real view on `fleet`. */
-export function realViewDefaults(descriptor: PolicyDescriptor, fleet: ViewFleet): ViewDefaults {
+/**
+ * The router settings of `descriptor`'s real view on `fleet`, for a policy
+ * run with `params` (a parameter that sizes the index, such as llm-d's
+ * `maxPrefixBlocks`, sizes it here too).
+ */
+export function realViewDefaults(
+  descriptor: PolicyDescriptor,
+  fleet: ViewFleet,
+  params: Readonly<Record<string, unknown>> = {},
+): ViewDefaults {
   const view: RealView = descriptor.view, cache = view.cache;
   const statusIntervalMs = view.load.source === "scraped" ? view.load.refreshMs : 0;
   // The original study's router read its simulator's caches; the FIFO model is that simulator.
@@ -57,9 +65,15 @@ export function realViewDefaults(descriptor: PolicyDescriptor, fleet: ViewFleet)
     indexChunkBlocks: indexed && cache.chunkCharacters !== undefined
       ? Math.max(1, Math.round(cache.chunkCharacters / CHARS_PER_TOKEN / fleet.blockTokens))
       : 1,
-    indexMaxBlocks: indexed ? cache.maxBlocks ?? null : null,
+    indexMaxBlocks: indexed ? maxBlocks(cache, params) : null,
     statusIntervalMs,
   };
+}
+
+/** The leading blocks the index matches and inserts: the sizing parameter's value when given, else the declared one (null: all). */
+function maxBlocks(cache: RealView["cache"], params: Readonly<Record<string, unknown>>): number | null {
+  const given = cache.maxBlocksParameter === undefined ? undefined : params[cache.maxBlocksParameter];
+  return typeof given === "number" ? given : cache.maxBlocks ?? null;
 }
 
 /** A real capacity in the view's entries: blocks, or prefix groups (FIFO); undefined = the engine's; null = unbounded. */

@@ -5,7 +5,7 @@
  */
 import { meanOf } from "../../actors/distributions.ts";
 import { instanceModel } from "../../actors/instance_models.ts";
-import { policyLabel } from "../../actors/policies/mod.ts";
+import { policyDescriptor, policyLabel } from "../../actors/policies/mod.ts";
 import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
 import { hasDynamics, hasLifecycle } from "../../actors/topology.ts";
 
@@ -89,6 +89,13 @@ function describeFleet(c: SimulationConfig): string[] {
  */
 export function describeRouterView(c: SimulationConfig): string {
   const r = c.router, blocks = instanceModel(c.instances.model).cacheUnit === "blocks";
+  const status = r.statusIntervalMs > 0 ? `status every ${r.statusIntervalMs} ms` : "status on every change";
+  const delay = r.networkDelayMs > 0 ? ` + ${r.networkDelayMs} ms network delay` : "";
+  const reads = policyDescriptor(c.policy.name)?.reads;
+  const pools = c.prefillPolicy !== undefined || c.decodePolicy !== undefined;
+  if (reads !== undefined && !reads.blocks && !pools) {
+    return `no cache view (the policy reads none) · ${status}${delay}`;
+  }
   const unit = blocks ? "blocks" : "groups";
   const cache = r.cacheView === "exact"
     ? "exact (the engines' own cache events)"
@@ -101,8 +108,7 @@ export function describeRouterView(c: SimulationConfig): string {
     }${blocks && (r.indexChunkBlocks ?? 1) > 1 ? `, matched in chunks of ${r.indexChunkBlocks} blocks` : ""}${
       blocks && r.indexMaxBlocks != null ? `, first ${r.indexMaxBlocks} blocks of a prompt` : ""
     })`;
-  const status = r.statusIntervalMs > 0 ? `status every ${r.statusIntervalMs} ms` : "status on every change";
-  return `${cache} · ${status}${r.networkDelayMs > 0 ? ` + ${r.networkDelayMs} ms network delay` : ""}`;
+  return `${cache} · ${status}${delay}`;
 }
 
 /** ` · prefill P · decode D` when a disaggregated fleet's pools have policies of their own. */

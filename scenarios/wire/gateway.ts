@@ -15,7 +15,7 @@
 import { GatewayMetrics } from "../../actors/gateway_metrics.ts";
 import type { FailedReason } from "../../actors/metrics_collector.ts";
 import { isDisaggregated } from "../../actors/instance_model.ts";
-import { createPolicy } from "../../actors/policies/mod.ts";
+import { createPolicy, policyReads } from "../../actors/policies/mod.ts";
 import type { RouterCommand, ServeCommand } from "../../actors/protocol.ts";
 import { routerInWorker } from "../../actors/realtime_simulation.ts";
 import type { ActorRef, Message } from "../../actors/runtime/kernel.ts";
@@ -323,7 +323,12 @@ class GatewayServer implements Gateway {
     const metrics = runtime.spawnLocal("metrics", this.#metrics);
     const ttl = config.router.statusTtlMs!;
     for (let i = 0; i < this.#o.upstreams.length; i++) {
-      const upstream = new UpstreamInstance(i, this, { statusTtlMs: ttl, metrics });
+      const upstream = new UpstreamInstance(i, this, {
+        statusTtlMs: ttl,
+        metrics,
+        // A router that counts its own active prefill hears of each first token at once (a plugin may).
+        requestEvents: this.#o.plugin !== undefined || policyReads(config.policy.name).requests === true,
+      });
       this.#upstreams.push(upstream);
       this.#upstreamRefs.push(runtime.spawnLocal(`upstream/${i}`, upstream));
     }
