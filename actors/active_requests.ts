@@ -121,11 +121,6 @@ export class ActiveRequests {
       removed += before - maxOf(extents);
     }
     this.blocks[instance] -= removed;
-    // Sums of whole numbers stay exact; guard the prefill sum against drift all the same.
-    if (entries.size === 0) {
-      this.prefillTokens[instance] = 0;
-      this.blocks[instance] = 0;
-    }
   }
 }
 

@@ -22,6 +22,7 @@ import {
   type ServeCommand,
 } from "./protocol.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
+import { withRequestEvents } from "./status_reporter.ts";
 import type { Actor, ActorContext, ActorRef, Message, TimerId } from "./runtime/kernel.ts";
 
 /** The wrapper's own timers. */
@@ -336,10 +337,11 @@ export class FaultyInstance implements ServingActor {
           this.#heldFinished.push(...(m.finishedIds ?? []));
           return;
         }
-        message = this.#withHeldEvents(m);
-        if (this.#refusesNew) {
-          const draining: InstanceStatus = { ...(message as InstanceStatus), draining: true };
-          message = draining;
+        {
+          const status = withRequestEvents(m, this.#heldPrefilled, this.#heldFinished);
+          this.#heldPrefilled = [];
+          this.#heldFinished = [];
+          message = this.#refusesNew ? { ...status, draining: true } : status;
         }
         break;
       case "completed": {
@@ -361,20 +363,6 @@ export class FaultyInstance implements ServingActor {
   /** Request events of reports a partition swallowed, for the next report that gets through. */
   #heldPrefilled: number[] = [];
   #heldFinished: number[] = [];
-
-  /** `status` with the request events held back from swallowed reports in front of its own. */
-  #withHeldEvents(status: InstanceStatus): InstanceStatus {
-    if (this.#heldPrefilled.length === 0 && this.#heldFinished.length === 0) return status;
-    const prefilledIds = [...this.#heldPrefilled, ...(status.prefilledIds ?? [])];
-    const finishedIds = [...this.#heldFinished, ...(status.finishedIds ?? [])];
-    this.#heldPrefilled = [];
-    this.#heldFinished = [];
-    return {
-      ...status,
-      ...(prefilledIds.length > 0 && { prefilledIds }),
-      ...(finishedIds.length > 0 && { finishedIds }),
-    };
-  }
 
   /** Builds a cold model instance (a new generation), counting into this wrapper's counts. */
   #build(): ModelInstance {

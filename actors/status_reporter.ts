@@ -37,6 +37,27 @@ export interface StatusReportingOptions {
 const TICK: ReportTick = Object.freeze({ type: "report_tick" });
 
 /**
+ * `status` with the request events `prefilled` and `finished` in front of
+ * its own (a copy; `status` itself when both are empty): for a sender that
+ * collects events beside its reports (a gateway's upstream) or holds back
+ * those of reports it swallowed (a partitioned instance).
+ */
+export function withRequestEvents(
+  status: InstanceStatus,
+  prefilled: readonly number[],
+  finished: readonly number[],
+): InstanceStatus {
+  if (prefilled.length === 0 && finished.length === 0) return status;
+  const prefilledIds = [...prefilled, ...(status.prefilledIds ?? [])];
+  const finishedIds = [...finished, ...(status.finishedIds ?? [])];
+  return {
+    ...status,
+    ...(prefilledIds.length > 0 && { prefilledIds }),
+    ...(finishedIds.length > 0 && { finishedIds }),
+  };
+}
+
+/**
  * Collects an instance's cache events and sends status reports. The instance
  * calls `changed` after every state change and routes `report_tick` to `tick`.
  */

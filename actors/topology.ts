@@ -290,7 +290,7 @@ export function buildRouter(
   const replicas = router.replicas ?? 1;
   return new Router(instances, policy, {
     ...routerOptions(config),
-    requestAccounting: policyReads(policy.name).requests === true,
+    requestAccounting: accountsRequests(policy),
     fleetCache,
     disaggregation: disaggregation(config, policy, poolPolicies),
     ...(replicas > 1 && {
@@ -309,6 +309,11 @@ export function buildRouter(
       { metrics }),
     ...(config.autoscale !== undefined && { initiallyAvailable: config.autoscale.initial }),
   });
+}
+
+/** Whether the router keeps per-request accounting for `policy` (it reads `requests`, or is a plugin). */
+function accountsRequests(policy: RoutingPolicy): boolean {
+  return policyReads(policy.name).requests === true;
 }
 
 /** The fault injector of a config with faults. */
@@ -345,10 +350,7 @@ function disaggregation(
     return {
       members,
       policy: routed,
-      table: {
-        ...routerOptions(config, engines),
-        requestAccounting: policyReads(routed.name).requests === true,
-      },
+      table: { ...routerOptions(config, engines), requestAccounting: accountsRequests(routed) },
     };
   };
   return {

@@ -15,6 +15,7 @@ import {
   type RequestFailed,
   type ServeCommand,
 } from "./protocol.ts";
+import { withRequestEvents } from "./status_reporter.ts";
 import type { Actor, ActorContext, ActorRef } from "./runtime/kernel.ts";
 
 /** What an upstream's `/metrics` showed of its load. */
@@ -298,12 +299,7 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
    * (each id is reported once).
    */
   #withEvents(status: InstanceStatus): InstanceStatus {
-    if (this.#prefilledIds.length === 0 && this.#finishedIds.length === 0) return status;
-    const events: InstanceStatus = {
-      ...status,
-      ...(this.#prefilledIds.length > 0 && { prefilledIds: this.#prefilledIds }),
-      ...(this.#finishedIds.length > 0 && { finishedIds: this.#finishedIds }),
-    };
+    const events = withRequestEvents(status, this.#prefilledIds, this.#finishedIds);
     this.#prefilledIds = [];
     this.#finishedIds = [];
     return events;

@@ -18,9 +18,10 @@ import {
   policyDescriptor,
   type PolicyName,
   type PolicySpec,
+  realViewDefaults,
+  type ViewDefaults,
 } from "../actors/policies/mod.ts";
 import { MAX_SIMULATED_MS } from "../actors/metrics_collector.ts";
-import { realViewDefaults, type ViewDefaults } from "../actors/policies/real_view.ts";
 import { MOONCAKE_BLOCK_TOKENS, type TraceOptions } from "../actors/trace_reader.ts";
 import { TRACE_GENERATOR_PARAMETERS, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import { instanceModel, MODEL_NAMES, MODELS } from "../actors/instance_models.ts";

@@ -55,7 +55,6 @@ export function realViewDefaults(
   const view: RealView = descriptor.view, cache = view.cache;
   const statusIntervalMs = view.load.source === "scraped" ? view.load.refreshMs : 0;
   // The original study's router read its simulator's caches; the FIFO model is that simulator.
-  // The original study's router read its simulator's caches; the FIFO model is that simulator.
   const indexed = cache.source === "router_index";
   const engineFed = !indexed || (view.originalStudy === true && fleet.cacheUnit === "groups");
   return {

@@ -96,19 +96,25 @@ export function describeRouterView(c: SimulationConfig): string {
   if (reads !== undefined && !reads.blocks && !pools) {
     return `no cache view (the policy reads none) · ${status}${delay}`;
   }
-  const unit = blocks ? "blocks" : "groups";
   const cache = r.cacheView === "exact"
     ? "exact (the engines' own cache events)"
-    : `approximate (a router-side index updated at routing, ${
-      r.approxCapacity === null
-        ? "never evicted"
-        : r.approxCapacity === undefined
-        ? `as large as each engine's cache, LRU`
-        : `${r.approxCapacity} ${unit} per instance, LRU`
-    }${blocks && (r.indexChunkBlocks ?? 1) > 1 ? `, matched in chunks of ${r.indexChunkBlocks} blocks` : ""}${
-      blocks && r.indexMaxBlocks != null ? `, first ${r.indexMaxBlocks} blocks of a prompt` : ""
-    })`;
+    : `approximate (a router-side index updated at routing, ${describeIndex(r, blocks)})`;
   return `${cache} · ${status}${delay}`;
+}
+
+/** The approximate index's size and matching rules, in words. */
+function describeIndex(r: SimulationConfig["router"], blocks: boolean): string {
+  const size = r.approxCapacity === null
+    ? "never evicted"
+    : r.approxCapacity === undefined
+    ? "as large as each engine's cache, LRU"
+    : `${r.approxCapacity} ${blocks ? "blocks" : "groups"} per instance, LRU`;
+  const rules = [size];
+  if (blocks && (r.indexChunkBlocks ?? 1) > 1) {
+    rules.push(`matched in chunks of ${r.indexChunkBlocks} blocks`);
+  }
+  if (blocks && r.indexMaxBlocks != null) rules.push(`first ${r.indexMaxBlocks} blocks of a prompt`);
+  return rules.join(", ");
 }
 
 /** ` · prefill P · decode D` when a disaggregated fleet's pools have policies of their own. */

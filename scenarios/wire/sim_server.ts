@@ -19,7 +19,7 @@
 import { BatchingInstance } from "../../actors/batching_instance.ts";
 import { ClientBridge, type ClientBridgeCommand, type ClientSink } from "../../actors/client_bridge.ts";
 import { sampleLength } from "../../actors/distributions.ts";
-import type { ModelInstance } from "../../actors/instance_model.ts";
+import { type ModelInstance, poolOfInstance } from "../../actors/instance_model.ts";
 import { instanceModel } from "../../actors/instance_models.ts";
 import type {
   CompletionRecord,
@@ -155,7 +155,7 @@ class Fleet implements SimFleet, ClientSink {
         firstTokensTo: bridge as ActorRef<FirstToken>,
       });
       this.#instances.push(this.#runtime.spawn(`instance/${i}`, instance));
-      const engine = config.instances.engine;
+      const engine = poolOfInstance(config.instances, i).engine;
       this.#metrics.push(
         new VllmMetrics(options.servedModelName, {
           maxModelLen: options.maxModelLen,
