@@ -11,7 +11,7 @@
 import { HostKvTier } from "./host_kv_tier.ts";
 import { KvBlockCache } from "./kv_block_cache.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
-import { ENGINE_PRESETS, kvBytesPerToken } from "./engine_presets.ts";
+import { engineShape, kvBytesPerToken, presetLabel } from "./engine_presets.ts";
 import { InstanceActor, type InstanceModel, type KvTransferConfig } from "./instance_model.ts";
 import {
   assertNever,
@@ -44,6 +44,15 @@ export interface BatchingInstanceOptions {
   readonly decodeMsPerSeq: number;
   /** Per-request overhead outside the engine, added to first-token and end times, ms. */
   readonly requestOverheadMs: number;
+  /**
+   * Attention's share of prefill, ms per prefill token per token of context
+   * before it: a chunk of n tokens after c computed ones adds this ×
+   * (n·c + n(n−1)/2). 0 (every H100 preset: BLIS's fits have no such term)
+   * keeps step time linear in tokens; a CPU engine, where attention weighs
+   * as much as the weights, needs it (design.md, "Calibrating against a real
+   * engine"). @default 0
+   */
+  readonly prefillMsPerContextToken?: number;
   /** Tokens per KV block. @default 16 */
   readonly blockTokens: number;
   /** KV capacity in blocks. */
@@ -568,7 +577,7 @@ export class BatchingInstance extends InstanceActor<Own> {
   #startStep(ctx: ActorContext<BatchingCommand>): void {
     const o = this.#options;
     let budget = o.maxBatchTokens;
-    let prefillTokens = 0, decoding = 0;
+    let prefillTokens = 0, decoding = 0, contextPairs = 0;
     const running = this.#running, preemptionsBefore = this.#preemptions;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const seq = running[i];
@@ -581,6 +590,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       budget -= chunk;
       if (prefill) {
         prefillTokens += chunk;
+        contextPairs += contextPairsOf(seq.computed, chunk);
         this.#cacheScheduled(seq, ctx.now());
       } else decoding++;
     }
@@ -597,6 +607,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
       prefillTokens += seq.chunk;
+      contextPairs += contextPairsOf(seq.computed, seq.chunk);
       this.#cacheScheduled(seq, ctx.now());
     }
     if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
@@ -614,8 +625,9 @@ export class BatchingInstance extends InstanceActor<Own> {
     }
     this.#stepping = true;
     this.#steps++;
-    const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding) *
-      this.#slowdown;
+    const attention = o.prefillMsPerContextToken ?? 0;
+    const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding +
+      (attention > 0 ? attention * contextPairs : 0)) * this.#slowdown;
     this.#busyMs += stepMs;
     const stretch = this.#coalesce && prefillTokens === 0 && decoding === running.length &&
       this.waiting === 0 &&
@@ -1050,7 +1062,12 @@ export const model: InstanceModel<"batching"> = {
   cacheUnit: "blocks",
   decodes: true,
   describe: ({ engine: e }) =>
-    `batching ${e.preset} (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
+    `batching ${
+      presetLabel(e)
+    } (step ${e.stepMs} ms + ${e.prefillMsPerToken} ms/prefill token + ${e.decodeMsPerSeq} ms/decoding seq, ` +
+    ((e.prefillMsPerContextToken ?? 0) > 0
+      ? `+ ${e.prefillMsPerContextToken} ms/prefill token/context token, `
+      : "") +
     `${e.kvBlocks} KV blocks of ${e.blockTokens}, budget ${e.maxBatchTokens} tokens, ${e.maxSeqs} seqs)`,
   cacheCapacity: (config) => config.engine.kvBlocks,
   create: (index, config, metrics, reporting) =>
@@ -1060,9 +1077,18 @@ export const model: InstanceModel<"batching"> = {
         ...config.engine,
         maxQueue: config.maxQueue,
         kvLink: config.kvTransfer,
-        bytesPerToken: kvBytesPerToken(ENGINE_PRESETS[config.engine.preset].shape),
+        bytesPerToken: kvBytesPerToken(engineShape(config.engine)),
       },
       metrics,
       reporting,
     ),
 };
+
+/**
+ * Token pairs a prefill chunk's attention covers: each of its `chunk` tokens
+ * attends to the `computed` tokens before the chunk and to those of the
+ * chunk before it, n·c + n(n−1)/2.
+ */
+export function contextPairsOf(computed: number, chunk: number): number {
+  return chunk * computed + chunk * (chunk - 1) / 2;
+}

@@ -71,7 +71,10 @@ export class ClientBridge implements Actor<ClientBridgeCommand> {
         if (this.#sink.token(message.requestId, ctx.now())) ctx.schedule(message.tokenMs, message);
         return;
       case "completed":
-        this.#sink.completed(message.record);
+        // An instance sends its record when the engine is done; the client
+        // sees the end after the request's overhead, at the record's endMs.
+        if (message.record.endMs > ctx.now()) ctx.schedule(message.record.endMs - ctx.now(), message);
+        else this.#sink.completed(message.record);
         return;
       case "dropped":
         this.#sink.dropped(message.requestId, message.reason, message.timeMs);

@@ -142,3 +142,46 @@ export type EnginePresetName = keyof typeof ENGINE_PRESETS;
 
 /** The preset names, for validation and help. */
 export const ENGINE_PRESET_NAMES = Object.keys(ENGINE_PRESETS) as EnginePresetName[];
+
+/** What `instances.engine.preset` holds once resolved: a built-in preset's name, or a preset file's path as given. */
+export type EnginePresetRef = EnginePresetName | `${string}.json`;
+
+/** Whether `name` is a built-in preset's name. */
+export function isEnginePresetName(name: string): name is EnginePresetName {
+  return Object.hasOwn(ENGINE_PRESETS, name);
+}
+
+/**
+ * The shape assumed when a preset file gives none: Qwen2.5-7B's (57,344
+ * bytes per token), the default preset's and the batching engine's
+ * `bytesPerToken` default. It sizes only KV transfers and host-tier loads.
+ */
+export const DEFAULT_MODEL_SHAPE: ModelShape = ENGINE_PRESETS["qwen2.5-7b"].shape;
+
+/**
+ * The model shape of an engine: a preset file's (`shape`, when the file
+ * gives one), a built-in preset's, else {@linkcode DEFAULT_MODEL_SHAPE}.
+ */
+export function engineShape(engine: { readonly preset: string; readonly shape?: ModelShape }): ModelShape {
+  if (engine.shape !== undefined) return engine.shape;
+  return isEnginePresetName(engine.preset) ? ENGINE_PRESETS[engine.preset].shape : DEFAULT_MODEL_SHAPE;
+}
+
+/** How a run's report names an engine's preset: a preset file by its name, a built-in one by its own. */
+export function presetLabel(
+  engine: { readonly preset: string; readonly presetFile?: PresetFileNote },
+): string {
+  return engine.presetFile?.name ?? engine.preset;
+}
+
+/** What a preset file says of itself, kept in the resolved engine for the record (scenarios/engine_preset_file.ts). */
+export interface PresetFileNote {
+  /** The preset's name in the file. */
+  readonly name: string;
+  /** The instance model the file is for. */
+  readonly model: string;
+  /** One line: how its numbers were measured. */
+  readonly source: string;
+  /** Free-form calibration metadata, as the file has it. */
+  readonly calibration?: Readonly<Record<string, unknown>>;
+}

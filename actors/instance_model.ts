@@ -9,7 +9,7 @@
  * registry (`actors/instance_models.ts`) with an {@linkcode InstanceModel}.
  */
 import type { BatchingInstanceOptions } from "./batching_instance.ts";
-import type { EnginePresetName } from "./engine_presets.ts";
+import type { EnginePresetRef, ModelShape, PresetFileNote } from "./engine_presets.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
 import type {
   CompletionRecord,
@@ -26,19 +26,32 @@ import type { Actor, ActorContext, ActorRef, Message } from "./runtime/kernel.ts
 import type { FifoInstanceOptions } from "./serving_instance.ts";
 import { StatusReporter, type StatusReportingOptions } from "./status_reporter.ts";
 
-/** The continuous-batching engine, resolved from a preset plus overrides. */
+/** The engine (batching or slots model), resolved from a preset plus overrides. */
 export interface EngineConfig extends Omit<BatchingInstanceOptions, "maxQueue"> {
-  /** The preset the values started from. */
-  readonly preset: EnginePresetName;
+  /** The preset the values started from: a built-in preset's name, or a preset file's path as given. */
+  readonly preset: EnginePresetRef;
+  /** The slots model's slots (llama-server `--parallel`); present for that model only. */
+  readonly slots?: number;
+  /** The slots model's `--slot-prompt-similarity` (0 disables it); present for that model only. */
+  readonly slotSimilarity?: number;
+  /** The slots model's attention cost, ms per step token per KV token held (see `SlotInstanceOptions`); slots only. */
+  readonly attentionMsPerKvToken?: number;
+  /** A preset file's model shape, when it gives one (absent for built-in presets: see `engineShape`). */
+  readonly shape?: ModelShape;
+  /** What a preset file says of itself (absent for built-in presets). */
+  readonly presetFile?: PresetFileNote;
 }
 
 /** Instance fleet: how many, which model, and each model's parameters. */
 export interface InstancesConfig extends FifoInstanceOptions {
   /** Number of serving instances. */
   readonly count: number;
-  /** A registered model's name (`fifo`: the original study's one-at-a-time model; `batching`: continuous batching). @default "fifo" */
+  /**
+   * A registered model's name (`fifo`: the original study's one-at-a-time
+   * model; `batching`: continuous batching; `slots`: llama-server's slots). @default "fifo"
+   */
   readonly model: string;
-  /** The batching engine (used when `model` is `batching`); each pool's engine starts from it. */
+  /** The engine (used when `model` is `batching` or `slots`); each pool's engine starts from it. */
   readonly engine: EngineConfig;
   /**
    * The fleet as pools (batching model): mixed engines, or disaggregated

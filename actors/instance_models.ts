@@ -8,9 +8,10 @@
 import { model as batching } from "./batching_instance.ts";
 import type { InstanceModel } from "./instance_model.ts";
 import { model as fifo } from "./serving_instance.ts";
+import { model as slots } from "./slot_instance.ts";
 
 /** Every instance model, the default (the original study's) first. */
-export const MODELS = [fifo, batching] as const satisfies readonly InstanceModel[];
+export const MODELS = [fifo, batching, slots] as const satisfies readonly InstanceModel[];
 
 /** A registered model's name. */
 export type ModelName = typeof MODELS[number]["name"];

@@ -35,6 +35,7 @@ export {
 } from "./router.ts";
 export { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
 export { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
+export { SLOT_DEFAULTS, SlotInstance, type SlotInstanceOptions } from "./slot_instance.ts";
 export {
   type EngineConfig,
   InstanceActor,

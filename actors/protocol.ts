@@ -333,6 +333,13 @@ export type BatchingCommand =
   | PdAbandoned
   | ReportTick;
 
+/** Commands the slots (llama-server) instance accepts. */
+export type SlotCommand =
+  | ServeCommand
+  /** Internal timer: the engine step in progress (one `update_slots` iteration) ended. */
+  | { readonly type: "step_done" }
+  | ReportTick;
+
 // ---- Metrics collector -----------------------------------------------------
 
 /** What an instance reports about a request it finished. */
@@ -456,6 +463,7 @@ export type AnyMessage =
   | RouterCommand
   | InstanceCommand
   | BatchingCommand
+  | SlotCommand
   | MetricsCommand
   | AutoscalerCommand
   | FaultInjectorCommand

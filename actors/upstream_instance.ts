@@ -3,7 +3,8 @@
  * An upstream server as the gateway's router sees it: an actor that takes the
  * router's `serve`, asks its host to forward the HTTP request, and turns what
  * the host reports back (first token, finish, failure, `/metrics` scrape)
- * into the protocol's status reports, failures and completion records.
+ * into the protocol's status reports, failures and completion records, and
+ * judges from them whether the upstream is alive.
  */
 import type { EndOutcome, GatewayMetricsCommand } from "./gateway_metrics.ts";
 import { FinishCounts } from "./instance_model.ts";
@@ -29,18 +30,31 @@ export interface UpstreamLoad {
 }
 
 /**
+ * Why an exchange with an upstream (a request or a scrape) failed:
+ * - `connection`: no connection, or it broke (refused, reset, unknown host):
+ *   the process is gone, and the upstream is taken as down at once;
+ * - `answer`: it answered, badly (a 5xx, a 429, a body or event we cannot
+ *   read): it is alive;
+ * - `timeout`: it stayed silent longer than allowed: busy or hung, unknown.
+ */
+export type FailureCause = "connection" | "answer" | "timeout";
+
+/**
  * What the host reports of one upstream, injected into the kernel:
  * - `upstream_first_token`: the first generated text of request `requestId`
  *   came back (streaming: the first chunk with text; otherwise the response).
  * - `upstream_finished`: it completed, with the upstream's usage (or the
  *   host's own counts where the upstream gave none).
- * - `upstream_failed`: it failed before any byte went to the client
- *   (connection refused or reset, a 5xx, a timeout): the router may retry.
+ * - `upstream_failed`: it failed before any byte went to the client, for
+ *   `cause`: the router may retry.
  * - `upstream_ended`: it ended otherwise once bytes had gone to the client
- *   (see {@linkcode EndOutcome}): nothing to retry.
+ *   (see {@linkcode EndOutcome}): nothing to retry; `cause` when the upstream
+ *   broke it.
  * - `upstream_scraped`: a `/metrics` scrape answered; `load` null when it
  *   carries no load metrics we read.
- * - `upstream_unreachable`: a scrape failed.
+ * - `upstream_scrape_failed`: a scrape failed, for `cause`; `heard` when the
+ *   upstream sent bytes on a request meanwhile (a sign of life: the failure
+ *   is not counted, only the load is stale).
  */
 export type UpstreamEvent =
   | { readonly type: "upstream_first_token"; readonly requestId: number }
@@ -51,10 +65,15 @@ export type UpstreamEvent =
     readonly cachedTokens: number;
     readonly outputTokens: number;
   }
-  | { readonly type: "upstream_failed"; readonly requestId: number }
-  | { readonly type: "upstream_ended"; readonly requestId: number; readonly outcome: EndOutcome }
+  | { readonly type: "upstream_failed"; readonly requestId: number; readonly cause: FailureCause }
+  | {
+    readonly type: "upstream_ended";
+    readonly requestId: number;
+    readonly outcome: EndOutcome;
+    readonly cause?: FailureCause;
+  }
   | { readonly type: "upstream_scraped"; readonly load: UpstreamLoad | null }
-  | { readonly type: "upstream_unreachable" };
+  | { readonly type: "upstream_scrape_failed"; readonly cause: FailureCause; readonly heard?: boolean };
 
 /** Commands an {@linkcode UpstreamInstance} accepts. */
 export type UpstreamCommand = ServeCommand | Probe | UpstreamEvent;
@@ -69,10 +88,18 @@ export interface UpstreamHost {
   forward(index: number, command: ServeCommand): void;
 }
 
+/** The default of {@linkcode UpstreamInstanceOptions.scrapeFailures}. */
+export const DEFAULT_SCRAPE_FAILURES = 3;
+
 /** Options for {@linkcode UpstreamInstance}. */
 export interface UpstreamInstanceOptions {
-  /** The router's status TTL, ms: a probe is answered only while the last good scrape is younger than this. */
-  readonly statusTtlMs: number;
+  /**
+   * Consecutive failed scrapes (timed out, or a 5xx) after which the upstream
+   * is taken as down, counted since its last sign of life (see the class's
+   * "Health"). A refused or reset connection takes it down at once.
+   * @default 3
+   */
+  readonly scrapeFailures?: number;
   /** Where completion records and other ends go. */
   readonly metrics: ActorRef<GatewayMetricsCommand>;
   /**
@@ -96,15 +123,23 @@ interface Open {
  * the router after every finish and every scrape: waiting, running and KV
  * usage from the latest scrape (without load metrics: its own requests in
  * flight as running), finished counts (per router replica) from its own
- * bookkeeping, and no cache events — the gateway's view is approximate. A
- * failed scrape reports it `draining` (the router stops routing there until
- * a scrape succeeds); a failure before the first byte goes back to the router
- * as `request_failed` (reason `unreachable`), with no report after it, so the
- * router holds the upstream down until the next scrape.
+ * bookkeeping, and no cache events — the gateway's view is approximate.
+ *
+ * Health: the upstream is alive until a connection to it is refused or reset
+ * (a request's or a scrape's), or `scrapeFailures` scrapes in a row fail with
+ * no sign of life between them; it is alive again at its next sign of life: a
+ * scrape that answers; a request's first token, finish, own 4xx or bad
+ * answer; bytes on a request while a scrape waited. While down it reports
+ * `draining` and answers no probe; while alive it answers every probe, so a
+ * stale scrape never makes it unroutable — its load is only older. A failure
+ * before the first byte goes back to the router as `request_failed` (reason
+ * `unreachable`): the router retries it elsewhere; unless the connection
+ * failed, a report follows at once, so the upstream is routable again for the
+ * requests after it.
  *
  * @example
  * ```ts
- * const up = new UpstreamInstance(0, host, { statusTtlMs: 2000, metrics });
+ * const up = new UpstreamInstance(0, host, { metrics });
  * const ref = kernel.spawn("upstream/0", up);
  * up.reportTo(router);
  * ```
@@ -118,22 +153,23 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
   /** The upstream's index among the gateway's upstreams. */
   readonly index: number;
   readonly #host: UpstreamHost;
-  readonly #ttlMs: number;
+  readonly #scrapeFailures: number;
   readonly #metrics: ActorRef<GatewayMetricsCommand>;
   readonly #counts = new FinishCounts();
   readonly #open = new Map<number, Open>();
   #router: ActorRef<InstanceStatus> | undefined;
   #load: UpstreamLoad | null = null;
-  #reachable = true;
-  #lastGoodScrapeMs = -Infinity;
+  #alive = true;
+  #failedScrapes = 0;
 
   constructor(index: number, host: UpstreamHost, options: UpstreamInstanceOptions) {
-    if (!(options.statusTtlMs > 0)) {
-      throw new RangeError(`UpstreamInstance.statusTtlMs: expected a number > 0, got ${options.statusTtlMs}`);
+    const failures = options.scrapeFailures ?? DEFAULT_SCRAPE_FAILURES;
+    if (!(Number.isInteger(failures) && failures >= 1)) {
+      throw new RangeError(`UpstreamInstance.scrapeFailures: expected an integer >= 1, got ${failures}`);
     }
     this.index = index;
     this.#host = host;
-    this.#ttlMs = options.statusTtlMs;
+    this.#scrapeFailures = failures;
     this.#requestEvents = options.requestEvents === true;
     this.#metrics = options.metrics;
   }
@@ -153,9 +189,14 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
     return this.#counts.total;
   }
 
-  /** Whether the last scrape answered. */
-  get reachable(): boolean {
-    return this.#reachable;
+  /** Whether the upstream is taken as alive (routable): see the class's "Health". */
+  get alive(): boolean {
+    return this.#alive;
+  }
+
+  /** Scrapes failed in a row since its last sign of life. */
+  get failedScrapes(): number {
+    return this.#failedScrapes;
   }
 
   /** The latest scrape's load (null before one, or without load metrics). */
@@ -177,9 +218,7 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
         return;
       case "probe":
         this.#router = message.replyTo;
-        if (this.#reachable && ctx.now() - this.#lastGoodScrapeMs <= this.#ttlMs) {
-          ctx.send(message.replyTo, this.#withEvents(this.status()));
-        }
+        if (this.#alive) ctx.send(message.replyTo, this.#withEvents(this.status()));
         return;
       case "upstream_first_token": {
         const open = this.#open.get(message.requestId);
@@ -187,24 +226,28 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
         open.firstTokenMs = ctx.now();
         // A router that counts its own active prefill (Dynamo) lets go of it at the first token.
         this.#prefilledIds.push(message.requestId);
-        if (this.#requestEvents) this.#report(ctx);
+        if (this.#heard() || this.#requestEvents) this.#report(ctx);
         return;
       }
       case "upstream_finished":
         return this.#finished(message, ctx);
       case "upstream_failed":
-        return this.#failed(message.requestId, ctx);
+        return this.#failed(message.requestId, message.cause, ctx);
       case "upstream_ended":
-        return this.#ended(message.requestId, message.outcome, ctx);
+        return this.#ended(message, ctx);
       case "upstream_scraped":
-        this.#reachable = true;
+        this.#heard();
         this.#load = message.load;
-        this.#lastGoodScrapeMs = ctx.now();
         return this.#report(ctx);
-      case "upstream_unreachable":
-        if (!this.#reachable) return;
-        this.#reachable = false;
-        return this.#report(ctx);
+      case "upstream_scrape_failed":
+        if (message.cause === "connection") {
+          if (this.#down()) this.#report(ctx);
+        } else if (message.heard === true) {
+          if (this.#heard()) this.#report(ctx);
+        } else if (++this.#failedScrapes >= this.#scrapeFailures && this.#down()) {
+          this.#report(ctx);
+        }
+        return;
       default:
         assertNever(message);
     }
@@ -226,7 +269,22 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
       kvUtilization: load?.kvUsage ?? 0,
     };
     const withReplicas = by === undefined ? base : { ...base, finishedBy: [...by] };
-    return this.#reachable ? withReplicas : { ...withReplicas, draining: true };
+    return this.#alive ? withReplicas : { ...withReplicas, draining: true };
+  }
+
+  /** A sign of life: the failed scrapes are forgiven; true when the upstream was down (now alive again). */
+  #heard(): boolean {
+    this.#failedScrapes = 0;
+    if (this.#alive) return false;
+    this.#alive = true;
+    return true;
+  }
+
+  /** Takes the upstream as down; true when it was alive. */
+  #down(): boolean {
+    if (!this.#alive) return false;
+    this.#alive = false;
+    return true;
   }
 
   /** Takes request `requestId` off the open ones, counting it finished; undefined when it is not open (a late report). */
@@ -245,6 +303,7 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
   ): void {
     const open = this.#close(m.requestId);
     if (open === undefined) return;
+    this.#heard();
     const request = open.command.request, endMs = ctx.now();
     const record: CompletionRecord = {
       requestId: request.id,
@@ -263,8 +322,13 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
     this.#report(ctx);
   }
 
-  /** A failure before any byte reached the client: the router's to retry (no report, so it stays down there). */
-  #failed(requestId: number, ctx: ActorContext<UpstreamCommand>): void {
+  /**
+   * A failure before any byte reached the client: the router's to retry (it
+   * takes the upstream down for that retry). A failed connection keeps it
+   * down; otherwise a report follows, after the retry was placed, and the
+   * upstream is routable again.
+   */
+  #failed(requestId: number, cause: FailureCause, ctx: ActorContext<UpstreamCommand>): void {
     const open = this.#close(requestId);
     if (open === undefined) return;
     const command = open.command;
@@ -275,16 +339,24 @@ export class UpstreamInstance implements Actor<UpstreamCommand> {
       reason: "unreachable",
     };
     ctx.send(command.replyTo as unknown as ActorRef<RequestFailed>, failure);
+    if (cause === "connection") {
+      if (this.#down()) this.#report(ctx);
+      return;
+    }
+    if (cause === "answer") this.#heard();
+    if (this.#alive) this.#report(ctx);
   }
 
-  #ended(requestId: number, outcome: EndOutcome, ctx: ActorContext<UpstreamCommand>): void {
-    if (this.#close(requestId) === undefined) return;
+  #ended(m: Extract<UpstreamEvent, { type: "upstream_ended" }>, ctx: ActorContext<UpstreamCommand>): void {
+    if (this.#close(m.requestId) === undefined) return;
+    if (m.cause === "connection") this.#down();
+    else if (m.outcome === "rejected" || m.cause === "answer") this.#heard();
     ctx.send(this.#metrics, {
       type: "request_ended",
-      requestId,
+      requestId: m.requestId,
       instance: this.index,
       timeMs: ctx.now(),
-      outcome,
+      outcome: m.outcome,
     });
     this.#report(ctx);
   }

@@ -226,7 +226,9 @@ ${policiesHelp()}
   --plugin-timeout-ms N  wall ms a plugin may take to load or to make one routing decision (default 5000)
   --model M              instance model (default ${MODEL_NAMES[0]}):
 ${modelsHelp()}
-  --preset NAME          batching engine: qwen2.5-7b | llama-3.1-8b | qwen3-14b | llama-3.3-70b-tp4
+  --preset NAME|FILE     engine of the batching and slots models: qwen2.5-7b | llama-3.1-8b | qwen3-14b |
+                         llama-3.3-70b-tp4, or an engine preset file (.json, e.g. written by deno task calibrate;
+                         its model is the run's unless --model names it)
   --trace FILE           replay a trace (Mooncake .jsonl, Azure .csv) instead of the synthetic workload
   --trace-speed X        compress trace time by X (2 = twice the load), > 0
   --skip-invalid         skip malformed trace lines (and report how many) instead of failing
@@ -684,4 +686,37 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
     console.error(`internal error (please report): ${(error as Error)?.stack ?? error}`);
     Deno.exit(1);
   }
+}
+
+/**
+ * A flag's comma-separated http(s) base URLs (trailing slashes dropped), each
+ * one this process may connect to: the tasks that talk to servers may reach
+ * 127.0.0.1 and localhost only unless the user grants more (README, "Over the wire").
+ * @throws {UsageError} naming the flag when it is absent, empty, not URLs, or a host is not granted.
+ */
+export function reachableUrls(flag: string, raw: string | undefined, task: string): string[] {
+  if (raw === undefined || raw.trim() === "") {
+    throw new UsageError(
+      `${flag}: required: the servers' base URLs, e.g. http://127.0.0.1:8080,http://127.0.0.1:8081`,
+    );
+  }
+  return raw.split(",").map((part) => {
+    let url: URL;
+    try {
+      url = new URL(part.trim());
+    } catch {
+      throw new UsageError(`${flag}: expected http(s) URLs separated by commas, got "${part}"`);
+    }
+    if (url.protocol !== "http:" && url.protocol !== "https:") {
+      throw new UsageError(`${flag}: expected http(s) URLs separated by commas, got "${part}"`);
+    }
+    if (Deno.permissions.querySync({ name: "net", host: url.host }).state !== "granted") {
+      throw new UsageError(
+        `${flag}: not allowed to reach ${url.host}: the ${task} task may reach 127.0.0.1 and localhost only; ` +
+          `for other hosts run it with deno run --allow-net=127.0.0.1,localhost,${url.host} and the task's other ` +
+          `permissions (deno.json; README, "Over the wire")`,
+      );
+    }
+    return url.href.replace(/\/+$/, "");
+  });
 }

@@ -37,6 +37,9 @@ to its first streamed token, in simulated ms. This task may connect to
   --speed X              simulated ms per wall ms, > 0 (default 1; 2 sends twice as fast)
   --endpoint E           completion (default) or chat
   --model NAME           the requests' "model" field (default sim); here --model is not the instance model
+  --prompt-ids           send each prompt as token ids in [1000, 32000) instead of words, so an engine
+                         with its own tokenizer (vLLM, SGLang, llama.cpp) sees exactly the simulated
+                         tokens (completion endpoint only)
   --nonce N              makes this run's unique prompt tokens its own, integer >= 0 (default: the seed)
   --request-timeout-ms N wall ms a request may take to its stream's end, > 0 (default 60000)
   --progress             show progress on stderr even when it is not a terminal
@@ -52,6 +55,7 @@ const OPTIONS = {
   nonce: { type: "string" },
   "request-timeout-ms": { type: "string" },
   progress: { type: "boolean" },
+  "prompt-ids": { type: "boolean" },
 } as const;
 
 /** Scenario flags that configure the serving side, which a load generator does not run. */
@@ -119,7 +123,11 @@ async function loadSettings(values: LoadFlags) {
   if (!Number.isSafeInteger(nonce) || nonce < 0) {
     throw new UsageError(`--nonce: expected an integer >= 0, got "${values.nonce}"`);
   }
-  return { url, endpoint, speed, requestTimeoutMs, config, nonce, model: model ?? "sim" };
+  const promptIds = values["prompt-ids"] ?? false;
+  if (promptIds && endpoint === "chat") {
+    throw new UsageError("--prompt-ids: token ids need the completion endpoint, not --endpoint chat");
+  }
+  return { url, endpoint, speed, requestTimeoutMs, config, nonce, promptIds, model: model ?? "sim" };
 }
 
 /** One progress line: how many requests were sent and how they ended. */

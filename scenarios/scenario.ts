@@ -9,6 +9,8 @@ import {
   ENGINE_PRESET_NAMES,
   ENGINE_PRESETS,
   type EnginePresetName,
+  engineShape,
+  isEnginePresetName,
   kvBytesPerToken,
 } from "../actors/engine_presets.ts";
 import {
@@ -33,7 +35,9 @@ import {
   type PoolRole,
 } from "../actors/instance_model.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
+import { SLOT_DEFAULTS } from "../actors/slot_instance.ts";
 import { fromCaller } from "./caller_directory.ts";
+import { EnginePresetFile, isPresetFilePath, PresetFileError, readPresetFile } from "./engine_preset_file.ts";
 import { UsageError } from "./usage_error.ts";
 import { count, positiveOrInfinite } from "./schema_numbers.ts";
 import {
@@ -209,37 +213,74 @@ const policy = z.preprocess(
 /** A policy of a disaggregated fleet's pool (`prefillPolicy`, `decodePolicy`): as `policy`, absent = `policy`. */
 const poolPolicy = policy.optional();
 
-/** `instances.engine`: a preset and overrides of its values, resolved into a complete engine. */
+/**
+ * `instances.engine.preset`: a built-in preset's name, or — once
+ * {@linkcode withPresetFiles} has read it — a preset file.
+ */
+const presetRef = z.custom<EnginePresetName | EnginePresetFile>(
+  (v) => v instanceof EnginePresetFile || (typeof v === "string" && isEnginePresetName(v)),
+  {
+    error: (issue) =>
+      typeof issue.input === "string"
+        ? `expected one of ${
+          ENGINE_PRESET_NAMES.map((n) => JSON.stringify(n)).join(", ")
+        }, or an engine preset file (a path ending in .json)`
+        : "expected a string",
+  },
+);
+
+/**
+ * `instances.engine`: a preset (built-in, or a file) and overrides of its
+ * values, resolved into a complete engine. A built-in preset's engine has
+ * exactly the fields it always had; the slot settings, the context term and
+ * a file's shape and note are there only when set.
+ */
 const engine = z.strictObject({
-  preset: z.enum(ENGINE_PRESET_NAMES as [EnginePresetName, ...EnginePresetName[]]).default("qwen2.5-7b"),
+  preset: presetRef.default("qwen2.5-7b"),
   stepMs: z.number().min(0).optional(),
   prefillMsPerToken: z.number().min(0).optional(),
   decodeMsPerSeq: z.number().min(0).optional(),
+  prefillMsPerContextToken: z.number().min(0).optional(),
   requestOverheadMs: z.number().min(0).optional(),
   kvBlocks: count(1).optional(),
-  blockTokens: count(1).default(16),
+  blockTokens: count(1).optional(),
   maxBatchTokens: count(1).optional(),
   maxSeqs: count(1).optional(),
-  prefixCaching: z.boolean().default(true),
+  prefixCaching: z.boolean().optional(),
   reserveFullIsl: z.boolean().default(true),
   hostKvBlocks: count(0).default(0),
   hostKvGbps: positiveOrInfinite.default(512),
+  slots: count(1).max(65_536).optional(),
+  slotSimilarity: z.number().min(0).max(1).optional(),
+  attentionMsPerKvToken: z.number().min(0).optional(),
 }).prefault({}).transform((e) => {
-  const preset = ENGINE_PRESETS[e.preset];
+  const file = e.preset instanceof EnginePresetFile ? e.preset : undefined;
+  const values = file?.engine ?? ENGINE_PRESETS[e.preset as EnginePresetName];
+  const contextTerm = e.prefillMsPerContextToken ?? file?.engine.prefillMsPerContextToken;
+  const kvAttention = e.attentionMsPerKvToken ?? file?.engine.attentionMsPerKvToken;
+  const slots = e.slots ?? file?.engine.slots,
+    slotSimilarity = e.slotSimilarity ?? file?.engine.slotSimilarity;
   return {
-    preset: e.preset,
-    stepMs: e.stepMs ?? preset.stepMs,
-    prefillMsPerToken: e.prefillMsPerToken ?? preset.prefillMsPerToken,
-    decodeMsPerSeq: e.decodeMsPerSeq ?? preset.decodeMsPerSeq,
-    requestOverheadMs: e.requestOverheadMs ?? preset.requestOverheadMs,
-    kvBlocks: e.kvBlocks ?? preset.kvBlocks,
-    blockTokens: e.blockTokens,
-    maxBatchTokens: e.maxBatchTokens ?? preset.maxBatchTokens,
-    maxSeqs: e.maxSeqs ?? preset.maxSeqs,
-    prefixCaching: e.prefixCaching,
+    preset: file?.path ?? e.preset as EnginePresetName,
+    stepMs: e.stepMs ?? values.stepMs,
+    prefillMsPerToken: e.prefillMsPerToken ?? values.prefillMsPerToken,
+    decodeMsPerSeq: e.decodeMsPerSeq ?? values.decodeMsPerSeq,
+    requestOverheadMs: e.requestOverheadMs ?? values.requestOverheadMs,
+    kvBlocks: e.kvBlocks ?? values.kvBlocks,
+    blockTokens: e.blockTokens ?? file?.engine.blockTokens ?? 16,
+    // A file without them is a slots preset (a batching one must give both): llama-server's n_batch, one seq a slot.
+    maxBatchTokens: e.maxBatchTokens ?? values.maxBatchTokens ?? SLOT_DEFAULTS.maxBatchTokens,
+    maxSeqs: e.maxSeqs ?? values.maxSeqs ?? slots ?? SLOT_DEFAULTS.slots,
+    prefixCaching: e.prefixCaching ?? file?.engine.prefixCaching ?? true,
     reserveFullIsl: e.reserveFullIsl,
     hostKvBlocks: e.hostKvBlocks,
     hostKvGbps: e.hostKvGbps,
+    ...(contextTerm !== undefined && { prefillMsPerContextToken: contextTerm }),
+    ...(slots !== undefined && { slots }),
+    ...(slotSimilarity !== undefined && { slotSimilarity }),
+    ...(kvAttention !== undefined && { attentionMsPerKvToken: kvAttention }),
+    ...(file?.shape !== undefined && { shape: file.shape }),
+    ...(file !== undefined && { presetFile: file.note() }),
   };
 });
 
@@ -299,6 +340,93 @@ function resolveFleet<
   };
 }
 
+/**
+ * Reads the preset files `instances.engine.preset` and the pools' engines
+ * name (scenarios/engine_preset_file.ts): each file stands in for its name
+ * until the engine is resolved, and the base engine's file gives
+ * `instances.model` when the scenario names none (naming another is an
+ * error). A slots fleet on a built-in preset steps llama-server's n_batch
+ * (2048 tokens), not the preset's vLLM budget, unless the scenario sets one.
+ */
+function withPresetFiles(value: unknown, ctx: z.core.$RefinementCtx): unknown {
+  if (!isPlainObject(value)) return value;
+  const out: Record<string, unknown> = { ...value };
+  if (isPlainObject(value.engine) && isPresetFilePath(value.engine.preset)) {
+    const file = presetFile(value.engine.preset, ["engine", "preset"], ctx);
+    if (file === undefined) return value;
+    if (value.model !== undefined && value.model !== file.model) {
+      ctx.addIssue({
+        code: "custom",
+        path: ["model"],
+        message:
+          `expected "${file.model}", the model of engine preset file "${file.path}", or none (it then follows the file)`,
+      });
+      return value;
+    }
+    out.model = file.model;
+    out.engine = { ...value.engine, preset: file };
+  }
+  const model = out.model ?? MODEL_NAMES[0];
+  if (Array.isArray(value.pools)) {
+    const pools = value.pools.map((p, i) => {
+      if (!isPlainObject(p) || !isPlainObject(p.engine) || !isPresetFilePath(p.engine.preset)) return p;
+      const file = presetFile(p.engine.preset, ["pools", i, "engine", "preset"], ctx);
+      if (file !== undefined && file.model !== model) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["pools", i, "engine", "preset"],
+          message: `expected a preset file for the fleet's model "${
+            String(model)
+          }", got one for "${file.model}"`,
+          params: { complete: true },
+        });
+      }
+      return file === undefined ? p : { ...p, engine: { ...p.engine, preset: file } };
+    });
+    out.pools = pools;
+  }
+  const engine = out.engine ?? {};
+  if (model === "slots" && isPlainObject(engine) && engine.maxBatchTokens === undefined) {
+    if (!(engine.preset instanceof EnginePresetFile)) {
+      out.engine = { ...engine, maxBatchTokens: SLOT_DEFAULTS.maxBatchTokens };
+    }
+  }
+  return out;
+}
+
+/** The preset file at `path`, or undefined with an issue at `at` naming what is wrong with it. */
+function presetFile(
+  path: `${string}.json`,
+  at: (string | number)[],
+  ctx: z.core.$RefinementCtx,
+): EnginePresetFile | undefined {
+  try {
+    return readPresetFile(path, describeIssue);
+  } catch (error) {
+    if (!(error instanceof PresetFileError)) throw error;
+    ctx.addIssue({ code: "custom", path: at, message: error.message, params: { complete: true } });
+    return undefined;
+  }
+}
+
+/**
+ * The slots model's engine, complete: its slots and similarity at
+ * llama-server's defaults when unset, and its sequence limit its slots.
+ */
+function withSlotSettings<I extends { model: string; engine: EngineConfig }>(instances: I): I {
+  if (instances.model !== "slots") return instances;
+  const slots = instances.engine.slots ?? SLOT_DEFAULTS.slots;
+  return {
+    ...instances,
+    engine: {
+      ...instances.engine,
+      maxSeqs: slots,
+      slots,
+      slotSimilarity: instances.engine.slotSimilarity ?? SLOT_DEFAULTS.slotSimilarity,
+    },
+  };
+}
+
 /** The models whose cache counts `unit`, quoted: `"batching"`, or `"a" or "b"`. */
 function modelsCaching(unit: "groups" | "blocks"): string {
   return MODELS.filter((m) => m.cacheUnit === unit).map((m) => `"${m.name}"`).join(" or ");
@@ -325,7 +453,7 @@ export const scenarioSchema = z.strictObject({
     ...routerDynamics,
   }).prefault({}),
   instances: z.preprocess(
-    withPoolEngines,
+    (value, ctx) => withPresetFiles(withPoolEngines(value), ctx),
     z.strictObject({
       count: count(1).max(10_000).default(4),
       overheadMs: z.number().min(0).default(30),
@@ -338,7 +466,7 @@ export const scenarioSchema = z.strictObject({
       engine,
       pools: z.array(pool).min(1).max(64).optional(),
       kvTransfer: kvTransfer.optional(),
-    }).transform(resolveFleet),
+    }).transform(resolveFleet).transform(withSlotSettings),
   ).prefault({}),
   workload: z.strictObject({
     requests: count(1).max(1e12).default(20_000),
@@ -366,6 +494,7 @@ export const scenarioSchema = z.strictObject({
   untilMs: z.number().gt(0).optional(),
 }).transform(resolveRouterView).superRefine((s, ctx) => {
   checkPools(s.instances, ctx);
+  checkSlots(s.instances, ctx);
   for (const issue of dynamicsIssues(s)) ctx.addIssue({ code: "custom", ...issue });
   const trace = s.workload.trace;
   const cachesBlocks = instanceModel(s.instances.model).cacheUnit === "blocks";
@@ -513,7 +642,7 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
     });
   }
   const blockTokens = instances.engine.blockTokens;
-  const shape = (p: PoolConfig) => kvBytesPerToken(ENGINE_PRESETS[p.engine.preset].shape);
+  const shape = (p: PoolConfig) => kvBytesPerToken(engineShape(p.engine));
   pools.forEach((p, i) => {
     if (p.engine.blockTokens !== blockTokens) {
       ctx.addIssue({
@@ -533,6 +662,18 @@ function checkPools(instances: SimulationConfig["instances"], ctx: z.core.$Refin
           `a decode instance uses the prefill instance's KV as it is`,
       });
     }
+  });
+}
+
+/** The slots model's slots share `n_ctx` = kvBlocks × blockTokens tokens: each needs one at least. */
+function checkSlots(instances: SimulationConfig["instances"], ctx: z.core.$RefinementCtx): void {
+  const e = instances.engine, context = e.kvBlocks * e.blockTokens;
+  if (instances.model !== "slots" || (e.slots ?? 1) <= context) return;
+  ctx.addIssue({
+    code: "custom",
+    path: ["instances", "engine", "slots"],
+    message:
+      `expected at most instances.engine.kvBlocks × blockTokens = ${context} (each slot gets n_ctx / slots tokens)`,
   });
 }
 
@@ -579,6 +720,8 @@ export function parseScenario(
 /** "expected <what>, got <value>" for a zod issue at `path` of `input` (shared by scenarios and sweeps). */
 export function describeIssue(issue: z.core.$ZodIssue, input: unknown, path: readonly PropertyKey[]): string {
   if (issue.code === "unrecognized_keys") return expectation(issue);
+  // A message that names its value itself (an engine preset file's problem).
+  if (issue.code === "custom" && issue.params?.complete === true) return issue.message;
   return `${expectation(issue)}, got ${show(valueAt(input, path))}`;
 }
 
@@ -610,6 +753,8 @@ function unusedSetting(
       }; the ${config.instances.model} model's cache is instances.engine.kvBlocks`,
     };
   }
+  const engineSetting = otherModelsEngineSetting(input, config);
+  if (engineSetting) return engineSetting;
   const pd = disaggregationSetting(input, config);
   if (pd) return pd;
   if (config.workload.trace) {
@@ -622,6 +767,39 @@ function unusedSetting(
           }`,
         };
       }
+    }
+  }
+  return undefined;
+}
+
+/**
+ * The engine settings only one engine-driven model reads: the batching
+ * engine's scheduler and host tier, the slots model's slots. (Both read the
+ * step costs, the KV size and `maxBatchTokens`: the slots model's n_batch.)
+ */
+const MODEL_ENGINE_SETTINGS: Readonly<Record<string, readonly string[]>> = {
+  batching: ["maxSeqs", "reserveFullIsl", "hostKvBlocks", "hostKvGbps", "prefillMsPerContextToken"],
+  slots: ["slots", "slotSimilarity", "attentionMsPerKvToken"],
+};
+
+/** An engine setting of another model than this run's (`--host-kv-blocks` with slots, `slots` with batching). */
+function otherModelsEngineSetting(
+  input: unknown,
+  config: SimulationConfig,
+): { path: (string | number)[]; reason: string } | undefined {
+  const model = config.instances.model;
+  for (const [owner, fields] of Object.entries(MODEL_ENGINE_SETTINGS)) {
+    if (owner === model) continue;
+    for (const field of fields) {
+      const path = ["instances", "engine", field];
+      if (valueAt(input, path) === undefined) continue;
+      const hint = field === "maxSeqs" && model === "slots"
+        ? "; the slots model runs one sequence per slot: instances.engine.slots"
+        : "";
+      return {
+        path,
+        reason: `used only by instances.model "${owner}" (this run's model is "${model}")${hint}`,
+      };
     }
   }
   return undefined;

@@ -9,6 +9,7 @@
 import { z } from "zod";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { isDisaggregated } from "../actors/instance_model.ts";
+import { instanceModel, MODELS } from "../actors/instance_models.ts";
 import type { AutoscaleConfig } from "../actors/faults.ts";
 import {
   HPA_DOWNSCALE_STABILIZATION_MS,
@@ -177,11 +178,12 @@ function autoscaleIssues(s: Unresolved): Issue[] {
         `to one round of probes must arrive before the next`,
     });
   }
-  if (a.signal === "kv_utilization" && s.instances.model !== "batching") {
+  if (a.signal === "kv_utilization" && !instanceModel(s.instances.model).decodes) {
     issues.push({
       path: ["autoscale", "signal"],
-      message:
-        'expected "queue_depth", "concurrency" or "slo_attainment": only the batching model reports KV utilisation',
+      message: `expected "queue_depth", "concurrency" or "slo_attainment": only ${
+        MODELS.filter((m) => m.decodes).map((m) => `the ${m.name} model`).join(" and ")
+      } report KV utilisation`,
     });
   }
   if (a.signal === "slo_attainment") {

@@ -28,7 +28,13 @@ import type { SimulationConfig } from "../actors/topology.ts";
 import { policyLabel } from "../actors/policies/mod.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./wire/http.ts";
 import { type SimFleet, startSimFleet } from "./wire/sim_server.ts";
-import { type Gateway, startGateway } from "./wire/gateway.ts";
+import {
+  DEFAULT_SCRAPE_FAILURES,
+  DEFAULT_SCRAPE_MS,
+  DEFAULT_SCRAPE_TIMEOUT_MS,
+  type Gateway,
+  startGateway,
+} from "./wire/gateway.ts";
 
 const HELP = `Usage: deno task serve [flags]
 
@@ -49,6 +55,9 @@ Ctrl-C (graceful: in-flight streams finish, at most 5 s).
   --max-model-len N        largest prompt + completion, tokens (default 32768)
   --max-body-bytes N       largest request body (default 1048576)
   --scrape-ms N            wall ms between the gateway's scrapes of each upstream's /metrics (default 200)
+  --scrape-timeout-ms N    wall ms a scrape may take; a busy engine answers late (default 10000)
+  --scrape-failures N      failed scrapes in a row, with no request answered between, before an
+                           upstream is drained (default 3); a refused connection drains it at once
   --upstream-timeout-ms N  wall ms the gateway waits for an upstream's first byte (default 60000)
 
 Bound to 127.0.0.1 by default, and the task may reach 127.0.0.1 and localhost
@@ -68,6 +77,8 @@ const OPTIONS = {
   "max-model-len": { type: "string" },
   "max-body-bytes": { type: "string" },
   "scrape-ms": { type: "string" },
+  "scrape-timeout-ms": { type: "string" },
+  "scrape-failures": { type: "string" },
   "upstream-timeout-ms": { type: "string" },
 } as const;
 
@@ -151,7 +162,15 @@ async function serveSettings(values: ServeFlags) {
     maxBodyBytes: numberFlag("--max-body-bytes", values["max-body-bytes"], DEFAULT_MAX_BODY_BYTES, {
       integer: true,
     }),
-    scrapeMs: numberFlag("--scrape-ms", values["scrape-ms"], 200),
+    scrapeMs: numberFlag("--scrape-ms", values["scrape-ms"], DEFAULT_SCRAPE_MS),
+    scrapeTimeoutMs: numberFlag(
+      "--scrape-timeout-ms",
+      values["scrape-timeout-ms"],
+      DEFAULT_SCRAPE_TIMEOUT_MS,
+    ),
+    scrapeFailures: numberFlag("--scrape-failures", values["scrape-failures"], DEFAULT_SCRAPE_FAILURES, {
+      integer: true,
+    }),
     upstreamTimeoutMs: numberFlag("--upstream-timeout-ms", values["upstream-timeout-ms"], 60000),
   };
 }
@@ -169,6 +188,8 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
     wallTime: systemWallTime,
     maxBodyBytes: settings.maxBodyBytes,
     scrapeMs: settings.scrapeMs,
+    scrapeTimeoutMs: settings.scrapeTimeoutMs,
+    scrapeFailures: settings.scrapeFailures,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
     // Named on the command line: the gateway itself answers 404 for other models (real upstreams may serve several).
     ...(settings.servedModelNameGiven && { servedModelName: settings.servedModelName }),

@@ -415,6 +415,16 @@ Deno.test("bad input exits 2 with one line naming the flag", async (t) => {
   const cases: [string, string[], RegExp][] = [
     ["--speed 0", ["--speed", "0"], /^error: --speed: .*"0"/],
     ["--port -1", ["--port=-1"], /^error: --port: .*"-1"/],
+    [
+      "--scrape-timeout-ms 0",
+      ["--scrape-timeout-ms", "0"],
+      /^error: --scrape-timeout-ms: expected a number > 0, got "0"/,
+    ],
+    [
+      "--scrape-failures 1.5",
+      ["--scrape-failures", "1.5"],
+      /^error: --scrape-failures: expected an integer > 0, got "1\.5"/,
+    ],
     ["--upstream not-a-url", ["--upstream", "not-a-url"], /^error: --upstream: "not-a-url" is not a URL/],
     [
       "--upstream with --no-gateway",

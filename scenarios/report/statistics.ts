@@ -4,8 +4,8 @@
  * over the seeds of a sweep point.
  */
 
-// Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom.
-const T_975 = [
+/** Two-sided 97.5% quantiles of Student's t for 1..30 degrees of freedom (index: df − 1). */
+export const T_975: readonly number[] = [
   12.706,
   4.303,
   3.182,

@@ -10,7 +10,9 @@
  *
  * The cache view is approximate (the gateway cannot see upstream caches); a
  * status TTL makes the router probe health and retry failed attempts within
- * `router.retryBudget`. Final failures answer 502 (`upstream_error`).
+ * `router.retryBudget`. Final failures answer 502 (`upstream_error`). A slow
+ * `/metrics` is stale load, not a dead upstream: only a refused or reset
+ * connection, or `scrapeFailures` failed scrapes in a row, take one down.
  */
 import { GatewayMetrics } from "../../actors/gateway_metrics.ts";
 import type { FailedReason } from "../../actors/metrics_collector.ts";
@@ -23,6 +25,8 @@ import { WallClock, type WallTime } from "../../actors/runtime/wall_clock.ts";
 import { WorkerRuntime } from "../../actors/runtime/worker_runtime.ts";
 import { buildRouter, metricsOptions, type SimulationConfig } from "../../actors/topology.ts";
 import {
+  DEFAULT_SCRAPE_FAILURES,
+  type FailureCause,
   type UpstreamCommand,
   type UpstreamEvent,
   UpstreamInstance,
@@ -59,6 +63,20 @@ export interface GatewayOptions {
   readonly maxBodyBytes: number;
   /** Wall ms between two `/metrics` scrapes of each upstream. @default 200 */
   readonly scrapeMs?: number;
+  /**
+   * Wall ms a scrape may take before it counts as failed. A busy engine answers
+   * late (llama-server answers `/metrics` from its main loop, between two
+   * batches), and a late answer is still load; a long wait costs only staleness.
+   * @default 10000
+   */
+  readonly scrapeTimeoutMs?: number;
+  /**
+   * Failed scrapes in a row (timed out, or a 5xx), with no sign of life between
+   * them, after which an upstream is taken as down. A refused or reset
+   * connection takes it down at once.
+   * @default 3
+   */
+  readonly scrapeFailures?: number;
   /** Wall ms an upstream may stay silent (before answering, and between stream events) before the attempt fails. */
   readonly upstreamTimeoutMs: number;
   /** A router plugin, run in a permission-less Worker. @default the config's built-in policy */
@@ -81,8 +99,10 @@ export interface GatewayOptions {
 /** One upstream as the live page shows it. */
 export interface UpstreamSnapshot {
   readonly url: string;
-  /** Its last `/metrics` scrape answered. */
+  /** Taken as alive: routable (see {@linkcode GatewayOptions.scrapeFailures}). */
   readonly healthy: boolean;
+  /** Scrapes failed in a row since its last sign of life. */
+  readonly failedScrapes: number;
   /** From its last scrape; null when it exposes no load metrics we read. */
   readonly waiting: number | null;
   readonly running: number | null;
@@ -152,6 +172,11 @@ export const OUTCOMES: readonly Outcome[] = [
 /** The default wall ms between scrapes. */
 export const DEFAULT_SCRAPE_MS = 200;
 
+/** The default wall ms a scrape may take. */
+export const DEFAULT_SCRAPE_TIMEOUT_MS = 10_000;
+
+export { DEFAULT_SCRAPE_FAILURES };
+
 /** The default status TTL, simulated ms (raised to 4 scrape intervals when the clock runs fast). */
 export const DEFAULT_STATUS_TTL_MS = 2000;
 
@@ -218,6 +243,12 @@ function checkOptions(o: GatewayOptions): void {
   }
   if (!(o.upstreamTimeoutMs > 0)) fail("upstreamTimeoutMs", "a number > 0", o.upstreamTimeoutMs);
   if (o.scrapeMs !== undefined && !(o.scrapeMs > 0)) fail("scrapeMs", "a number > 0", o.scrapeMs);
+  if (o.scrapeTimeoutMs !== undefined && !(o.scrapeTimeoutMs > 0 && Number.isFinite(o.scrapeTimeoutMs))) {
+    fail("scrapeTimeoutMs", "a finite number > 0", o.scrapeTimeoutMs);
+  }
+  if (o.scrapeFailures !== undefined && !(Number.isInteger(o.scrapeFailures) && o.scrapeFailures >= 1)) {
+    fail("scrapeFailures", "an integer >= 1", o.scrapeFailures);
+  }
 }
 
 /**
@@ -267,6 +298,7 @@ class GatewayServer implements Gateway {
   readonly #o: GatewayOptions;
   readonly #config: SimulationConfig;
   readonly #scrapeMs: number;
+  readonly #scrapeTimeoutMs: number;
   readonly #runtime: WorkerRuntime;
   readonly #metrics: GatewayMetrics;
   readonly #upstreams: UpstreamInstance[] = [];
@@ -276,6 +308,8 @@ class GatewayServer implements Gateway {
   readonly #relays = new Set<Promise<void>>();
   readonly #routed: Int32Array;
   readonly #inFlight: Int32Array;
+  /** Per upstream, the wall ms it last sent bytes on a request (a sign of life while a scrape waits). */
+  readonly #heardWallMs: Float64Array;
   readonly #scrapes: (UpstreamScrape | undefined)[];
   readonly #outcomes = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Outcome, number>;
   readonly #ttft = new BucketHistogram(VLLM_TTFT_BUCKETS_S);
@@ -299,9 +333,11 @@ class GatewayServer implements Gateway {
     this.#o = options;
     const n = options.upstreams.length;
     this.#scrapeMs = options.scrapeMs ?? DEFAULT_SCRAPE_MS;
+    this.#scrapeTimeoutMs = options.scrapeTimeoutMs ?? DEFAULT_SCRAPE_TIMEOUT_MS;
     this.#config = gatewayConfig(options.config, n, this.#scrapeMs, options.speed);
     this.#routed = new Int32Array(n);
     this.#inFlight = new Int32Array(n);
+    this.#heardWallMs = new Float64Array(n).fill(-Infinity);
     this.#scrapes = new Array(n).fill(undefined);
     this.#runtime = new WorkerRuntime({ seed: this.#config.seed, wallTime: options.wallTime, poolSize: 1 });
     this.#metrics = new GatewayMetrics(
@@ -321,10 +357,9 @@ class GatewayServer implements Gateway {
   async start(): Promise<void> {
     const runtime = this.#runtime, config = this.#config;
     const metrics = runtime.spawnLocal("metrics", this.#metrics);
-    const ttl = config.router.statusTtlMs!;
     for (let i = 0; i < this.#o.upstreams.length; i++) {
       const upstream = new UpstreamInstance(i, this, {
-        statusTtlMs: ttl,
+        scrapeFailures: this.#o.scrapeFailures ?? DEFAULT_SCRAPE_FAILURES,
         metrics,
         // A router that counts its own active prefill hears of each first token at once (a plugin may).
         requestEvents: this.#o.plugin !== undefined || policyReads(config.policy.name).requests === true,
@@ -455,6 +490,9 @@ class GatewayServer implements Gateway {
     const to = this.#upstreamRefs[index], requestId = exchange.id;
     const report = (event: UpstreamEvent) => this.#inject(to, event);
     return {
+      heard: () => {
+        this.#heardWallMs[index] = this.#o.wallTime.now();
+      },
       firstToken: () => {
         this.#ttft.observe((this.#o.wallTime.now() - exchange.arrivalWallMs) * this.#o.speed / 1000);
         report({ type: "upstream_first_token", requestId });
@@ -465,14 +503,14 @@ class GatewayServer implements Gateway {
         report({ type: "upstream_finished", requestId, ...usage });
         this.#end(exchange, "completed");
       },
-      failed: (reason) => {
+      failed: (reason, cause) => {
         this.#inFlight[index]--;
         exchange.lastError = `${this.#o.upstreams[index]}: ${reason}`;
-        if (!report({ type: "upstream_failed", requestId })) this.#end(exchange, "failed");
+        if (!report({ type: "upstream_failed", requestId, cause })) this.#end(exchange, "failed");
       },
-      ended: (outcome) => {
+      ended: (outcome, cause) => {
         this.#inFlight[index]--;
-        report({ type: "upstream_ended", requestId, outcome });
+        report({ type: "upstream_ended", requestId, outcome, ...(cause !== undefined && { cause }) });
         this.#end(exchange, outcome);
       },
     };
@@ -482,7 +520,8 @@ class GatewayServer implements Gateway {
   #requestFailed(requestId: number, reason: FailedReason): void {
     const exchange = this.#exchanges.get(requestId);
     if (exchange === undefined) return;
-    const message = reason === "no_instance"
+    // A retry finds no upstream but the ones that just failed it: say what failed, not "none available".
+    const message = reason === "no_instance" && exchange.lastError === ""
       ? "No upstream is available to serve the request."
       : `Every attempt at the request failed; the last: ${exchange.lastError}`;
     this.#end(exchange, "failed", errorResponse(new OpenAIError(502, message, { type: "upstream_error" })));
@@ -512,16 +551,27 @@ class GatewayServer implements Gateway {
     }
   }
 
-  /** Reads upstream `i`'s `/metrics` once and tells its actor. */
+  /**
+   * Reads upstream `i`'s `/metrics` once and tells its actor. A 501 or 404 (no
+   * metrics: llama-server without `--metrics`) answers, with no load; a 5xx
+   * or silence past the scrape timeout is a failed scrape — unless the
+   * upstream sent bytes on a request meanwhile (`heard`: it is alive, its load
+   * stale); a refused or reset connection drops its re-exposed gauges too.
+   */
   async #scrape(i: number): Promise<void> {
+    const startedMs = this.#o.wallTime.now();
     const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(), Math.max(this.#scrapeMs, 1000));
+    const timer = setTimeout(() => timeout.abort(), this.#scrapeTimeoutMs);
     const signal = AbortSignal.any([this.#stop.signal, timeout.signal]);
     const to = this.#upstreamRefs[i];
+    const failed = (cause: FailureCause): void => {
+      const heard = cause !== "connection" && this.#heardWallMs[i] >= startedMs;
+      this.#inject(to, { type: "upstream_scrape_failed", cause, ...(heard && { heard }) });
+    };
     try {
       const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/metrics`, { signal });
       const text = await response.text();
-      if (response.status >= 500) throw new Error(`status ${response.status}`);
+      if (response.status >= 500 && response.status !== 501) return failed("answer");
       let load = null;
       if (response.ok) {
         try {
@@ -535,8 +585,9 @@ class GatewayServer implements Gateway {
       this.#inject(to, { type: "upstream_scraped", load });
     } catch {
       if (this.#stop.signal.aborted) return;
+      if (timeout.signal.aborted) return failed("timeout");
       this.#scrapes[i] = undefined;
-      this.#inject(to, { type: "upstream_unreachable" });
+      failed("connection");
     } finally {
       clearTimeout(timer);
     }
@@ -569,7 +620,7 @@ class GatewayServer implements Gateway {
       case "/events":
         return this.#events();
       case "/health":
-        if (this.#draining || this.#failure !== undefined || !this.#upstreams.some((u) => u.reachable)) {
+        if (this.#draining || this.#failure !== undefined || !this.#upstreams.some((u) => u.alive)) {
           throw new OpenAIError(503, this.#failure ?? "The gateway is not taking requests.", {
             type: "service_unavailable",
           });
@@ -645,7 +696,7 @@ class GatewayServer implements Gateway {
 
   /** `/v1/models`, from the first healthy upstream. */
   async #models(): Promise<Response> {
-    const i = this.#upstreams.findIndex((u) => u.reachable);
+    const i = this.#upstreams.findIndex((u) => u.alive);
     if (i < 0) throw new OpenAIError(503, "No upstream is available.", { type: "service_unavailable" });
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(), this.#o.upstreamTimeoutMs);
@@ -677,7 +728,8 @@ class GatewayServer implements Gateway {
       retries: this.#retries,
       routed: this.#routed,
       inFlight: this.#inFlight,
-      up: this.#upstreams.map((u) => u.reachable),
+      up: this.#upstreams.map((u) => u.alive),
+      failedScrapes: this.#upstreams.map((u) => u.failedScrapes),
       ttft: this.#ttft,
       scrapes: this.#scrapes,
     });
@@ -706,7 +758,8 @@ class GatewayServer implements Gateway {
       hitRate: summary.tokenHitRate,
       upstreams: this.#upstreams.map((u, i) => ({
         url: this.#o.upstreams[i],
-        healthy: u.reachable,
+        healthy: u.alive,
+        failedScrapes: u.failedScrapes,
         waiting: u.load?.waiting ?? null,
         running: u.load?.running ?? null,
         kvUsage: u.load?.kvUsage ?? null,

@@ -2,8 +2,8 @@
  * @module
  * The gateway's `/metrics`: its own counters (requests by outcome, retries,
  * routing decisions and requests in flight per upstream, time to first
- * token), then every upstream's `vllm:*` and `sglang:*` gauges from its last
- * scrape, labelled `upstream="<url>"`.
+ * token), then every upstream's `vllm:*`, `sglang:*` and `llamacpp:*` gauges
+ * from its last good scrape, labelled `upstream="<url>"`.
  */
 import { type BucketHistogram, PromText, relabelAll, type Sample } from "./prometheus.ts";
 
@@ -20,17 +20,18 @@ export interface GatewayMetricsState {
   /** Requests to the completion endpoints by outcome. */
   readonly outcomes: Readonly<Record<string, number>>;
   readonly retries: number;
-  /** Per upstream: routing decisions, requests in flight, last scrape answered. */
+  /** Per upstream: routing decisions, requests in flight, taken as alive, scrapes failed in a row. */
   readonly routed: ArrayLike<number>;
   readonly inFlight: ArrayLike<number>;
   readonly up: readonly boolean[];
+  readonly failedScrapes: ArrayLike<number>;
   /** Time to first token, simulated seconds. */
   readonly ttft: BucketHistogram;
   /** Per upstream, its last good scrape (undefined: none, or not an exposition). */
   readonly scrapes: readonly (UpstreamScrape | undefined)[];
 }
 
-const ENGINE_GAUGE = /^(vllm|sglang):/;
+const ENGINE_GAUGE = /^(vllm|sglang|llamacpp):/;
 
 /** Whether an upstream's sample is one of its engine's gauges (typed so, or untyped without a counter/histogram suffix). */
 function isEngineGauge(sample: Sample, types: ReadonlyMap<string, string>): boolean {
@@ -60,8 +61,13 @@ export function gatewayMetricsText(s: GatewayMetricsState): string {
     .gauge("gateway_in_flight", "Requests forwarded and not finished, by upstream.", perUpstream(s.inFlight))
     .gauge(
       "gateway_upstream_up",
-      "1 while the upstream's last /metrics scrape answered, else 0.",
+      "1 while the gateway takes the upstream as alive (routable), else 0.",
       perUpstream(s.up.map(Number)),
+    )
+    .gauge(
+      "gateway_upstream_failed_scrapes",
+      "/metrics scrapes of the upstream failed in a row (timed out or 5xx) since its last sign of life.",
+      perUpstream(s.failedScrapes),
     )
     .histogram(
       "gateway_time_to_first_token_seconds",

@@ -13,7 +13,7 @@ import { ACTOR_NAMES, buildSource, checkConservation, type SimulationConfig } fr
 import { TraceSource } from "../../actors/trace_source.ts";
 import { formatReport, type RunReport } from "../report/run_report.ts";
 import { readSseData } from "./http.ts";
-import { promptText } from "./tokenizer.ts";
+import { promptText, promptTokenIds } from "./tokenizer.ts";
 
 /** Which OpenAI endpoint the generator loads. */
 export type LoadEndpoint = "completion" | "chat";
@@ -41,6 +41,20 @@ export interface LoadOptions {
   readonly model: string;
   /** Makes this run's unique prompt tokens its own (see `promptText`). @default the scenario seed (in the CLI) */
   readonly nonce: number;
+  /**
+   * Send each prompt as token ids (`promptTokenIds`) instead of text, so an
+   * engine with its own tokenizer sees exactly the simulated tokens
+   * (completions only: a chat message is text). @default false
+   */
+  readonly promptIds?: boolean;
+  /**
+   * Mix the nonce into the shared prefixes' tokens too (a group's, a
+   * trace's), so that no earlier run with another nonce left any of this
+   * run's prompts cached: every run starts cold, as a simulation does.
+   * Default: only each request's own tokens depend on the nonce, and runs
+   * share their prefixes. @default false
+   */
+  readonly freshPrefixes?: boolean;
   /** Wall ms a request may take, from its send to its stream's end, before it fails as `timeout`. @default 60000 (in the CLI) */
   readonly requestTimeoutMs: number;
   /** Aborting stops sending, aborts the requests in flight and resolves with what was measured. @default none */
@@ -179,15 +193,18 @@ export function endpointUrl(url: string, endpoint: LoadEndpoint): string {
 }
 
 /**
- * The JSON body sent for `request`: its prompt text (`promptText`), as a
- * prompt or one user message, `max_tokens` its output tokens with
+ * The JSON body sent for `request`: its prompt text (`promptText`) or token
+ * ids (`promptTokenIds`), as a prompt or one user message, `max_tokens` its output tokens with
  * `ignore_eos` (vLLM's) so that exactly that many come back, streamed with usage.
  */
 export function requestBody(
   request: Request,
-  options: Pick<LoadOptions, "endpoint" | "model" | "nonce">,
+  options: Pick<LoadOptions, "endpoint" | "model" | "nonce" | "promptIds" | "freshPrefixes">,
 ): Record<string, unknown> {
-  const prompt = promptText(request, options.nonce);
+  const fresh = options.freshPrefixes ?? false;
+  const prompt = options.promptIds
+    ? promptTokenIds(request, options.nonce, fresh)
+    : promptText(request, options.nonce, fresh);
   const common = {
     model: options.model,
     max_tokens: request.outputTokens,
@@ -231,6 +248,9 @@ function checkOptions(options: LoadOptions): void {
   }
   if (!Number.isSafeInteger(options.nonce) || options.nonce < 0) {
     throw new TypeError(`nonce: expected an integer >= 0, got ${options.nonce}`);
+  }
+  if (options.promptIds && options.endpoint === "chat") {
+    throw new TypeError('promptIds: token ids need the completion endpoint, got endpoint "chat"');
   }
 }
 

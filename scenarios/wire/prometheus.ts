@@ -15,7 +15,10 @@
  * counter's HELP/TYPE named with `_total`, `1.0`-style numbers, buckets then
  * `_count` then `_sum`) but omits its `_created` series. SGLang's load gauges
  * (`sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`)
- * are from `python/sglang/srt/metrics/collector.py` (`SchedulerMetricsCollector`).
+ * are from `python/sglang/srt/metrics/collector.py` (`SchedulerMetricsCollector`);
+ * llama.cpp's (`llamacpp:requests_processing`, `llamacpp:requests_deferred`,
+ * `llamacpp:kv_cache_usage_ratio`) from llama-server's `handle_metrics`
+ * (examples/server/server.cpp), recorded in tests/fixtures/llama_cpp/metrics.txt.
  */
 
 /** The vLLM release whose metric names, labels and buckets {@linkcode VllmMetrics} copies. */
@@ -745,19 +748,25 @@ function loadFrom(
  * A server's load from its `/metrics` samples: vLLM's gauges
  * (`vllm:num_requests_running`, `vllm:num_requests_waiting`; KV usage from
  * `vllm:kv_cache_usage_perc`, else `vllm:gpu_cache_usage_perc`), else SGLang's
- * (`sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`).
+ * (`sglang:num_running_reqs`, `sglang:num_queue_reqs`, `sglang:token_usage`),
+ * else llama.cpp's (`llamacpp:requests_processing`: slots busy;
+ * `llamacpp:requests_deferred`: tasks waiting for a slot;
+ * `llamacpp:kv_cache_usage_ratio`: KV cells used ÷ context size).
  * Running and waiting are summed over label sets (data-parallel engines);
  * KV usage is their mean (each engine has its own cache). A family counts only
  * when both its running and waiting gauges are present; NaN samples are skipped.
  *
- * @returns undefined when neither family is present
+ * @returns undefined when no family is present
  */
 export function readLoad(samples: readonly Sample[]): ServerLoad | undefined {
   return loadFrom(samples, "vllm:num_requests_running", "vllm:num_requests_waiting", [
     "vllm:kv_cache_usage_perc",
     "vllm:gpu_cache_usage_perc",
   ]) ??
-    loadFrom(samples, "sglang:num_running_reqs", "sglang:num_queue_reqs", ["sglang:token_usage"]);
+    loadFrom(samples, "sglang:num_running_reqs", "sglang:num_queue_reqs", ["sglang:token_usage"]) ??
+    loadFrom(samples, "llamacpp:requests_processing", "llamacpp:requests_deferred", [
+      "llamacpp:kv_cache_usage_ratio",
+    ]);
 }
 
 // ---------------------------------------------------------------- relabel

@@ -270,6 +270,7 @@ function derivedKey(tag: number, ...values: readonly number[]): number {
 
 const GROUP_TAG = 1;
 const UNIQUE_TAG = 2;
+const SHARED_TAG = 3;
 
 /**
  * Prompt text whose tokenization reproduces `request`'s sharing structure:
@@ -282,23 +283,72 @@ const UNIQUE_TAG = 2;
  * @param nonce distinguishes one load run's unique tokens from another's (so a
  *   second run against the same servers does not hit the first run's cache).
  */
-export function promptText(request: Request, nonce: number): string {
+export function promptText(request: Request, nonce: number, freshShared = false): string {
+  return promptTokens(request, nonce, tokenWord, freshShared).join(" ");
+}
+
+/**
+ * The lowest token id {@linkcode promptTokenIds} uses: above every special
+ * and byte token of the common vocabularies (Llama's SPM puts its 256 byte
+ * tokens at 3–258).
+ */
+export const FIRST_PROMPT_ID = 1000;
+/** One past the highest id it uses: 32,000, the smallest vocabulary in common use (Llama 2's). */
+export const PROMPT_ID_LIMIT = 32_000;
+
+/**
+ * The same prompt as {@linkcode promptText}, as token ids for an engine's own
+ * tokenizer: token t is an id in [1000, 32000) derived from the same key and
+ * position, so a real engine (vLLM, SGLang, llama.cpp's server all take a
+ * completion `prompt` as a list of ids) sees exactly the simulated number of
+ * tokens and the simulated sharing. Different keys give different ids at a
+ * position with probability 1 − 1/31,000, so two prompts that differ in the
+ * model differ within a few tokens.
+ */
+export function promptTokenIds(request: Request, nonce: number, freshShared = false): number[] {
+  return promptTokens(request, nonce, tokenId, freshShared);
+}
+
+/** A token id in [FIRST_PROMPT_ID, PROMPT_ID_LIMIT), deterministic in `(key, position)`. */
+export function tokenId(key: number, position: number): number {
+  const h = finish(mixNumber(mixNumber(0x3c6ef372, key), position));
+  return FIRST_PROMPT_ID + h % (PROMPT_ID_LIMIT - FIRST_PROMPT_ID);
+}
+
+/**
+ * The prompt's tokens, each `token(key, position)` of the key covering it
+ * (see {@linkcode promptText}); with `freshShared`, the shared keys (a
+ * group's, a trace's) are mixed with the nonce too, so that another nonce's
+ * run finds none of this one's prefixes cached (a cold start).
+ */
+function promptTokens<T>(
+  request: Request,
+  nonce: number,
+  token: (key: number, position: number) => T,
+  freshShared: boolean,
+): T[] {
   const total = request.prefixTokens + request.suffixTokens;
   const keys = request.prefixKeys;
   const keyTokens = request.keyTokens ?? 1;
   const covered = keys !== undefined && request.keyTokens !== undefined ? keys.length * keyTokens : 0;
-  const groupKey = request.prefixGroup >= 0 ? derivedKey(GROUP_TAG, request.prefixGroup) : -1;
+  const groupKey = request.prefixGroup < 0
+    ? -1
+    : freshShared
+    ? derivedKey(GROUP_TAG, request.prefixGroup, nonce)
+    : derivedKey(GROUP_TAG, request.prefixGroup);
   const uniqueKey = derivedKey(UNIQUE_TAG, nonce, request.id);
-  const words = new Array<string>(total);
+  const tokens = new Array<T>(total);
   for (let t = 0; t < total; t++) {
     const key = t < covered
-      ? keys![Math.floor(t / keyTokens)]
+      ? (freshShared
+        ? derivedKey(SHARED_TAG, keys![Math.floor(t / keyTokens)], nonce)
+        : keys![Math.floor(t / keyTokens)])
       : groupKey >= 0 && t < request.prefixTokens
       ? groupKey
       : uniqueKey;
-    words[t] = tokenWord(key, t);
+    tokens[t] = token(key, t);
   }
-  return words.join(" ");
+  return tokens;
 }
 
 const OUTPUT_WORDS = [

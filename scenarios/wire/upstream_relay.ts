@@ -4,8 +4,12 @@
  * client's body, and relay the answer — whole, or as a stream event by event.
  * The client is answered only once the upstream's first event (or whole
  * body) is in hand, so that a failure before that can still be retried.
+ * Where the upstream's usage lacks `cached_tokens` (llama.cpp), the relay
+ * derives it and writes it into the usage the client gets.
  */
 import type { EndOutcome } from "../../actors/gateway_metrics.ts";
+import type { FailureCause } from "../../actors/upstream_instance.ts";
+import { fillCachedTokens } from "./cached_tokens.ts";
 import { jsonResponse, readSseData, SseWriter } from "./http.ts";
 
 /** What an attempt needs. */
@@ -43,6 +47,8 @@ export interface RelayUsage {
  * `ended` (never with `failed`).
  */
 export interface RelayEvents {
+  /** The upstream sent something: its response's head, or a stream event (a sign of life). */
+  heard(): void;
   /** The upstream's first generated text arrived. */
   firstToken(): void;
   /** The client's response (its body may still be streaming). */
@@ -50,9 +56,12 @@ export interface RelayEvents {
   /** Completed; the client got everything. */
   finished(usage: RelayUsage): void;
   /** Failed before anything went to the client (refused, reset, 5xx, 429, timeout, malformed): retryable. */
-  failed(reason: string): void;
-  /** Ended otherwise after (or without) answering: the client left, the stream broke, or the upstream's own 4xx. */
-  ended(outcome: EndOutcome): void;
+  failed(reason: string, cause: FailureCause): void;
+  /**
+   * Ended otherwise after (or without) answering: the client left, the stream
+   * broke (`cause` says how), or the upstream's own 4xx.
+   */
+  ended(outcome: EndOutcome, cause?: FailureCause): void;
 }
 
 /** The reason the gateway aborts a request it gives up on at shutdown: the client's stream gets an error event. */
@@ -127,15 +136,21 @@ function count(value: unknown, fallback: number): number {
 /** Our counts from an upstream's usage, with fallbacks where it gives none. */
 function relayUsage(
   usage: Record<string, unknown> | undefined,
+  cachedTokens: number | undefined,
   promptTokens: number,
   output: number,
 ): RelayUsage {
-  const details = usage?.prompt_tokens_details as Record<string, unknown> | null | undefined;
   return {
     promptTokens: count(usage?.prompt_tokens, promptTokens),
-    cachedTokens: count(details?.cached_tokens, 0),
+    cachedTokens: count(cachedTokens, 0),
     outputTokens: count(usage?.completion_tokens, output),
   };
+}
+
+/** Why an attempt that threw failed: our own verdicts are answers, a watchdog's is silence, the rest the connection's. */
+function causeOf(error: unknown, signal: AbortSignal): FailureCause {
+  if (signal.aborted && signal.reason instanceof UpstreamFault) return "timeout";
+  return error instanceof UpstreamFault ? "answer" : "connection";
 }
 
 /**
@@ -176,6 +191,7 @@ class Relay {
         body: upstreamBody(this.#r),
         signal: this.#signal,
       });
+      this.#on.heard();
       // A full queue is the upstream's answer about this request (the simulator drops it), not a fault of
       // the upstream: passed through like a 4xx, neither retried nor held against the upstream.
       if (response.status === 503 && await isQueueFull(response)) return this.#rejectedText(response);
@@ -205,7 +221,8 @@ class Relay {
       : error instanceof Error
       ? error.message
       : String(error);
-    if (!this.#answered) return this.#on.failed(reason);
+    const cause = causeOf(error, this.#signal);
+    if (!this.#answered) return this.#on.failed(reason, cause);
     this.#sse?.send({
       error: {
         message: `The upstream failed mid-stream: ${reason}`,
@@ -214,7 +231,7 @@ class Relay {
         code: null,
       },
     });
-    this.#on.ended("broken");
+    this.#on.ended("broken", cause);
   }
 
   /** The client left, or the gateway gave up on the request (then its stream says why). */
@@ -257,16 +274,23 @@ class Relay {
     if (body === null || typeof body !== "object") {
       throw new UpstreamFault("the upstream's body is not an object");
     }
+    const cached = fillCachedTokens(body);
     this.#on.firstToken();
     this.#respond(jsonResponse(response.status, body, this.#r.headers));
-    this.#on.finished(relayUsage(usageOf(body), this.#r.promptTokens, 0));
+    this.#on.finished(relayUsage(usageOf(body), cached, this.#r.promptTokens, 0));
   }
 
-  /** Relays events one by one; the client's stream opens with the first. */
+  /**
+   * Relays events one by one; the client's stream opens with the first. The
+   * usage chunk gets `cached_tokens` derived from the latest `timings`
+   * (llama-server sends them on its final chunk, beside the usage).
+   */
   async #stream(body: ReadableStream<Uint8Array>): Promise<void> {
-    let usage: Record<string, unknown> | undefined, texts = 0, done = false;
+    let usage: Record<string, unknown> | undefined, cached: number | undefined, timings: unknown;
+    let texts = 0, done = false;
     for await (const data of readSseData(body)) {
       this.#watchdog.kick();
+      this.#on.heard();
       if (data === "[DONE]") {
         done = true;
         break;
@@ -275,8 +299,12 @@ class Relay {
       if ("error" in chunk) {
         throw new UpstreamFault(`the upstream sent an error event: ${JSON.stringify(chunk.error)}`);
       }
+      if (chunk.timings !== null && typeof chunk.timings === "object") timings = chunk.timings;
       const own = usageOf(chunk);
-      if (own !== undefined) usage = own;
+      if (own !== undefined) {
+        usage = own;
+        cached = fillCachedTokens(chunk, timings);
+      }
       if (!this.#r.includeUsage) {
         if (own !== undefined && Array.isArray(chunk.choices) && chunk.choices.length === 0) continue;
         delete chunk.usage;
@@ -287,7 +315,7 @@ class Relay {
     if (this.#r.client.signal.aborted) return this.#cancelled();
     if (!done) throw new UpstreamFault("the upstream's stream ended before [DONE]");
     this.#open().done();
-    this.#on.finished(relayUsage(usage, this.#r.promptTokens, texts));
+    this.#on.finished(relayUsage(usage, cached, this.#r.promptTokens, texts));
   }
 
   /** The client's stream, opened (and the client answered) on first use. */
