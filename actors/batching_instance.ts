@@ -579,6 +579,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     let budget = o.maxBatchTokens;
     let prefillTokens = 0, decoding = 0, contextPairs = 0;
     const running = this.#running, preemptionsBefore = this.#preemptions;
+    const attention = o.prefillMsPerContextToken ?? 0;
     for (let i = 0; i < running.length && budget > 0; i++) {
       const seq = running[i];
       if (seq.awaitingKv) continue;
@@ -590,7 +591,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       budget -= chunk;
       if (prefill) {
         prefillTokens += chunk;
-        contextPairs += contextPairsOf(seq.computed, chunk);
+        if (attention > 0) contextPairs += contextPairsOf(seq.computed, chunk);
         this.#cacheScheduled(seq, ctx.now());
       } else decoding++;
     }
@@ -607,7 +608,7 @@ export class BatchingInstance extends InstanceActor<Own> {
       seq.chunk = Math.min(seq.target - seq.computed, budget);
       budget -= seq.chunk;
       prefillTokens += seq.chunk;
-      contextPairs += contextPairsOf(seq.computed, seq.chunk);
+      if (attention > 0) contextPairs += contextPairsOf(seq.computed, seq.chunk);
       this.#cacheScheduled(seq, ctx.now());
     }
     if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
@@ -625,7 +626,6 @@ export class BatchingInstance extends InstanceActor<Own> {
     }
     this.#stepping = true;
     this.#steps++;
-    const attention = o.prefillMsPerContextToken ?? 0;
     const stepMs = (o.stepMs + o.prefillMsPerToken * prefillTokens + o.decodeMsPerSeq * decoding +
       (attention > 0 ? attention * contextPairs : 0)) * this.#slowdown;
     this.#busyMs += stepMs;

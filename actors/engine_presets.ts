@@ -59,7 +59,7 @@ export function kvBytesPerToken(shape: ModelShape): number {
  * 256 on smaller GPUs and A100s). Every preset is an H100 fit, so every
  * preset carries these.
  */
-const VLLM_H100_SCHEDULER = { maxBatchTokens: 8192, maxSeqs: 1024 } as const;
+export const VLLM_H100_SCHEDULER = { maxBatchTokens: 8192, maxSeqs: 1024 } as const;
 
 /**
  * The presets. Step coefficients are REFERENCE §3's. `requestOverheadMs` is

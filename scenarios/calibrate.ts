@@ -10,8 +10,7 @@ import { join } from "node:path";
 import * as Plot from "@observablehq/plot";
 import { numberFlag, parseFlags, reachableUrls, runCommand } from "./command_line.ts";
 import { writeFilesAtomic } from "./atomic_write.ts";
-import { fromCaller } from "./caller_directory.ts";
-import { makeDirectoryInside, RESULTS_DIR } from "./output_directory.ts";
+import { toolOutputDirectory } from "./output_directory.ts";
 import { figure, plot, SERIES_COLORS } from "./report/chart.ts";
 import { toPng } from "./report/png.ts";
 import { UsageError } from "./usage_error.ts";
@@ -122,9 +121,6 @@ if (import.meta.main) {
     const nonce = values.nonce === undefined
       ? crypto.getRandomValues(new Uint32Array(1))[0]
       : integerFlag("--nonce", values.nonce, 0);
-    if (values.out !== undefined && values.out.trim() === "") {
-      throw new UsageError(`--out: expected a directory, got "${values.out}"`);
-    }
     if (values.name !== undefined && !/^[\w.-]+$/.test(values.name)) {
       throw new UsageError(`--name: expected letters, digits, ".", "_" or "-", got "${values.name}"`);
     }
@@ -134,8 +130,7 @@ if (import.meta.main) {
         `--decode-tokens: expected an integer >= 2 (a gap needs two tokens), got ${decodeTokens}`,
       );
     }
-    const out = values.out === undefined ? join(RESULTS_DIR, "calibration") : fromCaller(values.out);
-    await makeDirectoryInside(out, `--out ${values.out ?? "results/calibration"}`);
+    const out = await toolOutputDirectory(values.out, "calibration");
     const abort = new AbortController();
     const onInterrupt = () => abort.abort();
     Deno.addSignalListener("SIGINT", onInterrupt);

@@ -191,3 +191,18 @@ async function realPathOf(path: string, what: string): Promise<string> {
     }
   }
 }
+
+/**
+ * A tool's `--out` directory, created: `out` resolved against the caller's
+ * directory, or `results/<name>` when absent; it must lie inside `results/`
+ * (see {@linkcode makeDirectoryInside}).
+ * @throws {UsageError} for an empty `--out`, or one outside `results/`.
+ */
+export async function toolOutputDirectory(out: string | undefined, name: string): Promise<string> {
+  if (out !== undefined && out.trim() === "") {
+    throw new UsageError(`--out: expected a directory, got "${out}"`);
+  }
+  const path = out === undefined ? join(RESULTS_DIR, name) : fromCaller(out);
+  await makeDirectoryInside(path, `--out ${out ?? `results/${name}`}`);
+  return path;
+}

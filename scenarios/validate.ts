@@ -19,8 +19,7 @@ import {
   SCENARIO_OPTIONS,
 } from "./command_line.ts";
 import { writeFilesAtomic } from "./atomic_write.ts";
-import { fromCaller } from "./caller_directory.ts";
-import { makeDirectoryInside, RESULTS_DIR } from "./output_directory.ts";
+import { toolOutputDirectory } from "./output_directory.ts";
 import { figure, plot, SERIES_COLORS } from "./report/chart.ts";
 import { toPng } from "./report/png.ts";
 import { UsageError } from "./usage_error.ts";
@@ -151,11 +150,7 @@ async function validateSettings(values: ValidateFlags) {
         "(the simulator must run the engine measured, not a built-in preset)",
     );
   }
-  if (values.out !== undefined && values.out.trim() === "") {
-    throw new UsageError(`--out: expected a directory, got "${values.out}"`);
-  }
-  const out = values.out === undefined ? join(RESULTS_DIR, "validation") : fromCaller(values.out);
-  await makeDirectoryInside(out, `--out ${values.out ?? "results/validation"}`);
+  const out = await toolOutputDirectory(values.out, "validation");
   return { urls, configs, repeat, scrapeMs, requestTimeoutMs, nonce, out };
 }
 

@@ -32,7 +32,8 @@ import {
 import { cachedTokensOf } from "./cached_tokens.ts";
 import { readSseData } from "./http.ts";
 import { tokenId } from "./tokenizer.ts";
-import { kvAttentionWork } from "../../actors/slot_instance.ts";
+import { kvAttentionWork, SLOT_DEFAULTS } from "../../actors/slot_instance.ts";
+import { VLLM_H100_SCHEDULER } from "../../actors/engine_presets.ts";
 
 /** What a calibration is asked to do. */
 export interface CalibrateOptions {
@@ -153,12 +154,10 @@ export interface EnginePresetFile {
   readonly calibration: Readonly<Record<string, unknown>>;
 }
 
-/** llama.cpp's `--slot-prompt-similarity` default (common/common.h `slot_prompt_similarity`). */
-const LLAMA_CPP_SIMILARITY = 0.5;
-/** llama.cpp's `n_batch` default (common/common.h). */
-const LLAMA_CPP_N_BATCH = 2048;
-/** vLLM's H100 scheduler defaults (actors/engine_presets.ts). */
-const VLLM_BATCH_TOKENS = 8192, VLLM_MAX_SEQS = 1024;
+/** The engine's default step budget: llama.cpp's `n_batch`, or vLLM's on an H100. */
+function defaultBudget(perSlot: boolean): number {
+  return perSlot ? SLOT_DEFAULTS.maxBatchTokens : VLLM_H100_SCHEDULER.maxBatchTokens;
+}
 /**
  * Prompt lengths of the ladder, roughly doubling. None is a multiple of a
  * block size, and their whole-block parts for blocks of 8, 16, 32 or 64
@@ -203,10 +202,12 @@ class Calibrator {
   #model = "";
   /** Per URL, what its slots hold, once the probe found per-slot caches. */
   #trackers: SlotTracker[] | undefined;
+  /** Whether the engine keeps per-slot caches (llama.cpp): attention then spans every slot's KV. */
+  get #perSlot(): boolean {
+    return this.#trackers !== undefined;
+  }
   /** Prompts sent (and tokens generated) before then, in order: all to the first URL, one at a time. */
   readonly #history: [readonly number[], number][] = [];
-  /** Whether the engine keeps per-slot caches (llama.cpp): attention then spans every slot's KV. */
-  #perSlot = false;
 
   constructor(options: CalibrateOptions) {
     this.#o = options;
@@ -228,8 +229,7 @@ class Calibrator {
     });
     for (const line of cache.evidence) progress(`calibrate: cache: ${line}`);
     if (cache.kind === "slots") {
-      this.#perSlot = true;
-      this.#trackers = o.urls.map(() => new SlotTracker(cache.slots!, LLAMA_CPP_SIMILARITY));
+      this.#trackers = o.urls.map(() => new SlotTracker(cache.slots!, SLOT_DEFAULTS.slotSimilarity));
       for (const [prompt, generated] of this.#history) {
         this.#trackers[0].release(this.#trackers[0].take(prompt).slot, generated);
       }
@@ -305,7 +305,7 @@ class Calibrator {
     const budget = chooseBudget(
       this.#bursts,
       c,
-      cache.kind === "slots" ? LLAMA_CPP_N_BATCH : VLLM_BATCH_TOKENS,
+      defaultBudget(cache.kind === "slots"),
       this.#stepAttention(),
     );
     const points = this.#points(fit, budget);
@@ -548,7 +548,7 @@ class Calibrator {
   #prefillPoint(a: Answer, cached: number, u: number): PrefillPoint & { url: number } {
     const n = a.promptTokens - cached;
     // The engine's default budget: the budget itself is chosen from the bursts, after the fit.
-    const budget = this.#perSlot ? LLAMA_CPP_N_BATCH : VLLM_BATCH_TOKENS;
+    const budget = defaultBudget(this.#perSlot);
     return {
       prefillTokens: n,
       steps: Math.max(1, Math.ceil(n / budget)),
@@ -722,16 +722,16 @@ function presetOf(
     return 0;
   };
   const slots = cache.kind === "slots";
-  const defaultBudget = slots ? LLAMA_CPP_N_BATCH : VLLM_BATCH_TOKENS;
+  const engineBudget = defaultBudget(slots);
   let maxBatchTokens: number;
   if (budget.budget !== undefined) maxBatchTokens = budget.budget;
   else {
-    maxBatchTokens = Math.max(defaultBudget, budget.atLeast);
+    maxBatchTokens = Math.max(engineBudget, budget.atLeast);
     const best = budget.rmsByBudget.reduce((a, b) => b.rmsMs < a.rmsMs ? b : a);
     const used = budget.rmsByBudget.find((r) => r.budget === maxBatchTokens);
     assumed.push(
       `maxBatchTokens: ${maxBatchTokens} (${slots ? "llama.cpp's n_batch default" : "vLLM's H100 default"}${
-        maxBatchTokens > defaultBudget ? ", raised to the largest burst" : ""
+        maxBatchTokens > engineBudget ? ", raised to the largest burst" : ""
       }): ` + (best.budget < budget.atLeast && used !== undefined
         ? `the bursts fit ${best.budget} best (RMS ${best.rmsMs.toFixed(1)} against ${
           used.rmsMs.toFixed(1)
@@ -774,9 +774,9 @@ function slotEngine(facts: EngineFacts, cache: CacheFindings, assumed: string[])
   engine.slots = cache.slots!;
   engine.kvBlocks = Math.floor(cache.slots! * context / SLOT_BLOCK_TOKENS);
   engine.maxSeqs = cache.slots!;
-  engine.slotSimilarity = LLAMA_CPP_SIMILARITY;
+  engine.slotSimilarity = SLOT_DEFAULTS.slotSimilarity;
   assumed.push(
-    `slotSimilarity: not observable through the API; llama.cpp's default ${LLAMA_CPP_SIMILARITY} (--slot-prompt-similarity)`,
+    `slotSimilarity: not observable through the API; llama.cpp's default ${SLOT_DEFAULTS.slotSimilarity} (--slot-prompt-similarity)`,
   );
   if (cache.blockSize === 1) {
     assumed.push(
@@ -803,8 +803,8 @@ function poolEngine(facts: EngineFacts, cache: CacheFindings, assumed: string[])
         `the probe only shows at least ${held} tokens held, so ${engine.kvBlocks} blocks (a lower bound) are used`,
     );
   }
-  engine.maxSeqs = VLLM_MAX_SEQS;
-  assumed.push(`maxSeqs: not measured; vLLM's H100 default ${VLLM_MAX_SEQS} is used`);
+  engine.maxSeqs = VLLM_H100_SCHEDULER.maxSeqs;
+  assumed.push(`maxSeqs: not measured; vLLM's H100 default ${VLLM_H100_SCHEDULER.maxSeqs} is used`);
   return engine;
 }
 
