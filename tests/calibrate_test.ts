@@ -96,7 +96,9 @@ Deno.test({
       stepMs: 20,
       prefillMsPerToken: 0.2,
       decodeMsPerSeq: 4,
-      requestOverheadMs: 30,
+      // Large beside the few ms HTTP adds on a loaded machine (3.8 ms measured beside two busy loops),
+      // which a client, and so calibrate, counts as overhead too.
+      requestOverheadMs: 60,
       kvBlocks: 20_000,
       blockTokens: 16,
     };
@@ -126,7 +128,7 @@ Deno.test({
       within("stepMs", c.stepMs.value, 20);
       within("prefillMsPerToken", c.prefillMsPerToken.value, 0.2);
       within("decodeMsPerSeq", c.decodeMsPerSeq.value, 4);
-      within("requestOverheadMs", c.requestOverheadMs.value, 30);
+      within("requestOverheadMs", c.requestOverheadMs.value, 60);
       // A linear engine: any attention term found is too small to matter at the longest prompt.
       assert(c.attention.value * contextPairs(0, 1031) < 0.05 * 0.2 * 1031);
       assertEquals(result.cache.kind, "pool");
