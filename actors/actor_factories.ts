@@ -11,6 +11,7 @@ import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { MetricsCommand, ServeCommand } from "./protocol.ts";
 import type { ActorRef } from "./runtime/kernel.ts";
+import { PLUGIN_SANDBOX } from "./runtime/plugin_lockdown.ts";
 import type { DescribedActor } from "./runtime/worker_host.ts";
 import { buildInstance, buildMetrics, buildRouter, buildSource, type SimulationConfig } from "./topology.ts";
 
@@ -28,7 +29,7 @@ export async function createRouter(
   pluginPool?: Exclude<PoolRole, "both">,
   metrics?: ActorRef<MetricsCommand>,
 ): Promise<DescribedActor> {
-  const plugin = pluginUrl ? await loadPolicyModule(pluginUrl) : undefined;
+  const plugin = pluginUrl ? await loadPolicyModule(pluginUrl, PLUGIN_SANDBOX) : undefined;
   const policy = plugin && pluginPool === undefined ? plugin : createPolicy(config.policy);
   const pools = {
     prefill: pluginPool === "prefill" ? plugin : config.prefillPolicy && createPolicy(config.prefillPolicy),

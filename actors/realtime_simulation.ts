@@ -34,8 +34,6 @@ import {
 } from "./topology.ts";
 
 const ENTRY = new URL("./model_worker.ts", import.meta.url);
-/** Our actors' directory: a plugin's Worker may read it, so a plugin may import our helpers. */
-const ACTORS_DIR = new URL("./", import.meta.url);
 
 /** Options for {@linkcode simulateRealtime}. */
 export interface RealtimeOptions {
@@ -45,7 +43,7 @@ export interface RealtimeOptions {
   readonly wallTime: WallTime;
   /**
    * A router plugin module (`file:` URL), imported only in the router's
-   * Worker, which may read the plugin's directory and `actors/`, nothing else.
+   * Worker, which may read the files of its import graph, nothing else.
    */
   readonly pluginUrl?: string;
   /**
@@ -55,8 +53,8 @@ export interface RealtimeOptions {
    */
   readonly pluginPool?: Exclude<PoolRole, "both">;
   /**
-   * What the plugin's Worker may read, from the host's import-graph check
-   * (the graph's files and `actors/`). @default the plugin's directory and `actors/`
+   * What the plugin's Worker may read: the files of its import graph, from
+   * the host's check (scenarios/plugin_imports.ts). @default the plugin's file alone
    */
   readonly pluginReadPaths?: readonly string[];
   /**
@@ -234,7 +232,7 @@ export interface RouterPluginSandbox {
   readonly url: string;
   /** The one pool of a disaggregated fleet it routes. @default every pool without a policy of its own */
   readonly pool?: Exclude<PoolRole, "both">;
-  /** What its Worker may read. @default the plugin's directory and `actors/` */
+  /** What its Worker may read: the files of its import graph. @default the plugin's file alone */
   readonly readPaths?: readonly string[];
   /** Wall ms it may take to load, and to answer each message. */
   readonly timeoutMs: number;
@@ -269,7 +267,8 @@ function pluginSandbox(
   return {
     permissions: {
       ...NO_PERMISSIONS,
-      read: plugin.readPaths ? [...plugin.readPaths] : [new URL(".", plugin.url), ACTORS_DIR],
+      // Files, never a directory: a plugin kept in $HOME must not read the rest of it.
+      read: plugin.readPaths ? [...plugin.readPaths] : [new URL(plugin.url)],
     },
     label: `plugin ${plugin.url.split("/").pop()}${plugin.pool ? ` for the ${plugin.pool} pool` : ""}`,
     revivers: undefined, // the plugin's code runs there: its word is not taken

@@ -506,6 +506,20 @@ export class InstanceTable implements RouterView {
 }
 
 /**
+ * A policy's invalid choice in an error message, described without
+ * converting it: an object's `toString` is the policy's code, which could
+ * spin or throw here. A Promise gets the one line every mode gives it.
+ */
+function describeChoice(choice: unknown): string {
+  if (typeof choice === "number" || typeof choice === "boolean" || choice === null || choice === undefined) {
+    return String(choice);
+  }
+  if (typeof choice === "string") return `the string ${JSON.stringify(choice.slice(0, 40))}`;
+  if (choice instanceof Promise) return "a Promise (choose must decide synchronously, not async)";
+  return typeof choice === "object" ? "an object" : `a ${typeof choice}`;
+}
+
+/**
  * Routes `route` commands to instances and applies their `status` reports.
  * The policy's choice is checked: anything but a valid instance index fails
  * the run with an `invalid_choice` error naming the policy; a valid choice
@@ -654,7 +668,7 @@ export class Router implements Actor<RouterCommand> {
       throw new SimulationError(
         "invalid_choice",
         `policy "${pool.policy.name}" returned ${
-          String(choice)
+          describeChoice(choice)
         }; expected an integer in [0, ${view.instanceCount})`,
         { actor: ctx.name, messageType: type, timeMs: ctx.now() },
       );

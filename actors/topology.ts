@@ -85,6 +85,13 @@ export interface RouterConfig {
   /** Per replica, an extra delay on the instances' reports to it, ms. @default 0 for each */
   readonly replicaDelaysMs?: readonly number[];
   /**
+   * The instances are real servers behind `serve`'s gateway, whose attempts
+   * fail whenever a connection or an answer does: every failed attempt goes
+   * to the metrics, with or without a status TTL. Set by the gateway only.
+   * @default false
+   */
+  readonly upstreamFailures?: boolean;
+  /**
    * The router probes the instances' health, and takes one whose last
    * report is older than this as down until it reports again, ms.
    * @default Infinity (no probes; a crash is learnt only from failed requests)
@@ -304,9 +311,9 @@ export function buildRouter(
     seed: config.seed,
     statusTtlMs: router.statusTtlMs ?? Infinity,
     retryBudget: router.retryBudget ?? 1,
-    // Failed attempts go to the metrics wherever a request can fail: faults, scaling, or a TTL's verdict.
-    ...((hasLifecycle(config) || Number.isFinite(router.statusTtlMs ?? Infinity)) && metrics !== undefined &&
-      { metrics }),
+    // Failed attempts go to the metrics wherever a request can fail: faults, scaling, a TTL's verdict, upstreams.
+    ...((hasLifecycle(config) || Number.isFinite(router.statusTtlMs ?? Infinity) ||
+      router.upstreamFailures === true) && metrics !== undefined && { metrics }),
     ...(config.autoscale !== undefined && { initiallyAvailable: config.autoscale.initial }),
   });
 }

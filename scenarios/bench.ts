@@ -19,7 +19,7 @@ import { runPluginScenario } from "./run_scenario.ts";
 import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { traceChunks, TraceTally } from "./trace_file.ts";
-import { gatewayBench, serveLagBench } from "./wire/wire_bench.ts";
+import { gatewayBench, serveLagBench, soakBench, streamBench } from "./wire/wire_bench.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 
@@ -371,6 +371,8 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
   "trace-gen": () => traceGenBench(1_000_000),
   serve: serveLagBench,
   gateway: () => gatewayBench(),
+  stream: () => streamBench(),
+  soak: () => soakBench(),
 };
 
 const HELP = `Usage: deno task bench [PART…]
@@ -378,7 +380,9 @@ const HELP = `Usage: deno task bench [PART…]
 Prints the speed figures: kernel messages/s, requests/s per model and policy,
 the FIFO model beside the Python peer, long-prompt and 1,000,000-request
 trace replay with true peak memory, the plugin sandbox's cost, the live
-runtime's lag under HTTP load and the gateway's throughput. Each part runs
+runtime's lag under HTTP load, the gateway's throughput and what it adds to
+a stream's first event, and a soak of minutes beside idle and slow
+connections (SOAK_SECONDS, default 180). Each part runs
 in its own deno process; with no PART, all of them in turn.
 
   PART        ${Object.keys(PARTS).join(" | ")}
@@ -393,15 +397,16 @@ async function runParts(names: readonly string[]): Promise<void> {
   for (const name of names) {
     const { code } = await new Deno.Command("deno", {
       // --allow-ffi: getrusage, for the true peak memory; --allow-write=results/.bench:
-      // the scratch trace; --allow-run=python3: the peer.
+      // the scratch trace; --allow-run: python3 for the peer, deno for the soak.
       args: [
         "run",
         "--no-prompt",
         "--allow-read",
         "--allow-ffi",
         "--allow-write=results/.bench",
-        "--allow-run=python3",
-        "--allow-net=127.0.0.1", // the serve and gateway parts, on loopback
+        "--allow-run=python3,deno", // the peer; the soak's serve
+        "--allow-net=127.0.0.1", // the serve, gateway, stream and soak parts, on loopback
+        "--allow-env=SOAK_SECONDS,SOAK_QUIET",
         "--v8-flags=--max-semi-space-size=4", // as the run and sweep tasks (design.md, "Performance")
         fileURLToPath(import.meta.url),
         "--part",

@@ -618,6 +618,37 @@ export function oneLine(message: string): string {
   return message.replace(/\s*\n\s*/g, " / ");
 }
 
+/** The operating system's resource errors, by code: what ran out, and what to do about it. */
+const OS_RESOURCES: Readonly<Record<string, string>> = {
+  EMFILE:
+    "the process ran out of file descriptors (Too many open files): raise `ulimit -n` or lower the connections",
+  ENFILE:
+    "the system ran out of file descriptors (Too many open files in system): close other programs or lower the connections",
+  ENOMEM: "the system ran out of memory (Cannot allocate memory)",
+  ENOSPC: "the disk is full (No space left on device)",
+  EAGAIN:
+    "the system refused a resource for now (Resource temporarily unavailable): lower the load and retry",
+};
+
+/**
+ * What an operating-system resource error (`EMFILE`, Deno's `Too many open
+ * files (os error 24)`…) says in plain words, or undefined for any other error.
+ */
+export function osResourceMessage(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code ??
+    OS_ERROR_CODES[/\(os error (\d+)\)/.exec(String((error as Error | null)?.message))?.[1] ?? ""];
+  return typeof code === "string" && Object.hasOwn(OS_RESOURCES, code) ? OS_RESOURCES[code] : undefined;
+}
+
+/** Linux's numbers for {@linkcode OS_RESOURCES}' codes, for an error that carries only its message. */
+const OS_ERROR_CODES: Readonly<Record<string, string>> = {
+  "11": "EAGAIN",
+  "12": "ENOMEM",
+  "23": "ENFILE",
+  "24": "EMFILE",
+  "28": "ENOSPC",
+};
+
 /**
  * Runs a command-line entry point with the exit-code contract: a
  * {@linkcode UsageError} prints one line and exits 2, a
@@ -625,18 +656,22 @@ export function oneLine(message: string): string {
  * prints one line and exits 1.
  */
 export async function runCommand(main: () => Promise<void> | void): Promise<void> {
-  // An error thrown later by a plugin's own timer or promise is still a run failure, in one line.
-  const uncaught = (message: string) => {
-    console.error(`run failed: uncaught error (from a router plugin?): ${message}`);
+  // An error no caller awaited (a server's accept loop, a timer) still ends the command in one
+  // line. A router plugin's never arrive here: they stay in its Worker, whose host reports them.
+  const uncaught = (error: unknown, message: string) => {
+    const resource = osResourceMessage(error);
+    console.error(
+      resource === undefined ? `run failed: uncaught error: ${oneLine(message)}` : `error: ${resource}`,
+    );
     Deno.exit(1);
   };
   globalThis.addEventListener("error", (event) => {
     event.preventDefault();
-    uncaught(event.message.replace(/^Uncaught (\(in promise\) )?/, ""));
+    uncaught(event.error, event.message.replace(/^Uncaught (\(in promise\) )?/, ""));
   });
   globalThis.addEventListener("unhandledrejection", (event) => {
     event.preventDefault();
-    uncaught(String((event.reason as Error)?.message ?? event.reason));
+    uncaught(event.reason, String((event.reason as Error)?.message ?? event.reason));
   });
   try {
     await main();
@@ -674,6 +709,12 @@ export async function runCommand(main: () => Promise<void> | void): Promise<void
     }
     if (error instanceof SimulationError) {
       console.error(`run failed: ${oneLine(error.message)}`);
+      Deno.exit(1);
+    }
+    // Out of file descriptors or memory: what ran out, whichever call noticed it.
+    const resource = osResourceMessage(error);
+    if (resource !== undefined && !/\(os error \d+\): \w+ '/.test(String((error as Error)?.message))) {
+      console.error(`error: ${resource}`);
       Deno.exit(1);
     }
     // A full disk, a read-only directory…: the path and the OS's reason, not a stack trace.

@@ -15,6 +15,7 @@ import {
 import { UsageError } from "./usage_error.ts";
 import { systemWallTime } from "./wall_time.ts";
 import {
+  clientLimitLines,
   endpointUrl,
   formatLoadReport,
   type LoadEndpoint,
@@ -29,8 +30,10 @@ Sends the scenario's requests to an OpenAI-compatible server at their
 simulated arrival times over --speed, open loop (a slow answer never delays
 a later request), each a streaming request whose prompt text reproduces the
 scenario's prefix sharing. TTFT is measured from the request's scheduled send
-to its first streamed token, in simulated ms. This task may connect to
-127.0.0.1 and localhost only.
+to its first streamed token, in simulated ms. The client measures its own
+limits too (how late it sent, how late its event loop ran) and says when it,
+not the server, was the bottleneck. This task may connect to 127.0.0.1 and
+localhost only.
 
   --url URL              the server (required): a base URL such as http://127.0.0.1:8000, or the
                          endpoint's own URL (/v1/completions or /v1/chat/completions)
@@ -41,7 +44,11 @@ to its first streamed token, in simulated ms. This task may connect to
                          with its own tokenizer (vLLM, SGLang, llama.cpp) sees exactly the simulated
                          tokens (completion endpoint only)
   --nonce N              makes this run's unique prompt tokens its own, integer >= 0 (default: the seed)
-  --request-timeout-ms N wall ms a request may take to its stream's end, > 0 (default 60000)
+  --request-timeout-ms N wall ms a request may go without a sign of life (from its send to its
+                         headers, then between events of its stream) before it fails as timeout,
+                         > 0 (default 60000); ms this client's own event loop spent stalled do not
+                         count, and a request silent for 3 x N ms without N ms of the client's
+                         attention is counted "client stalled" (in flight), not failed
   --progress             show progress on stderr even when it is not a terminal
   --json                 print the same keys as deno task run --json, plus "load"
 
@@ -132,13 +139,16 @@ async function loadSettings(values: LoadFlags) {
 
 /** One progress line: how many requests were sent and how they ended. */
 function progressLine(p: LoadProgress, wallMs: number): string {
+  const open = p.sent - p.completed - p.dropped - p.failed - p.clientStalled;
   return `load: ${p.sent} of ${p.total} sent, ${p.completed} completed, ${p.dropped} dropped, ${p.failed} failed, ` +
-    `${p.sent - p.completed - p.dropped - p.failed} in flight, ${(wallMs / 1000).toFixed(0)} s wall`;
+    `${p.clientStalled} client stalled, ${open} in flight, ${(wallMs / 1000).toFixed(0)} s wall`;
 }
 
-/** The report as the flags ask: JSON, or the table. */
+/** The report as the flags ask: JSON (with the client's limits on stderr too), or the table. */
 function printReport(result: LoadResult, json: boolean | undefined): void {
   console.log(json ? JSON.stringify(result, null, 2) : formatLoadReport(result));
+  if (!json) return;
+  for (const line of clientLimitLines(result.load)) console.error(`load: ${line}`);
 }
 
 if (import.meta.main) {

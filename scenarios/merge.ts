@@ -6,7 +6,14 @@
  */
 import { parseFlags, runCommand } from "./command_line.ts";
 import { outputDirectory } from "./output_directory.ts";
-import { assembleShards, lockOutput, readShards, WHOLE, writeSweepOutputs } from "./sweep_directory.ts";
+import {
+  assembleShards,
+  assertOutputFree,
+  lockOutput,
+  readShards,
+  WHOLE,
+  writeSweepOutputs,
+} from "./sweep_directory.ts";
 import { specHash } from "./sweep_journal.ts";
 import { UsageError } from "./usage_error.ts";
 
@@ -29,6 +36,8 @@ if (import.meta.main) {
     if (positionals.length === 0) {
       throw new UsageError("give the directories holding the shard files (see --help)");
     }
+    // A sweep or merge running in --out is named first, before its directory is searched for shards.
+    if (values.out !== undefined) await assertOutputFree(values.out);
     const shards = await readShards(positionals);
     const { spec, plugin, sweep, results } = assembleShards(shards);
     const out = await outputDirectory({ out: values.out, specHash: specHash(spec), plugin: plugin?.url });

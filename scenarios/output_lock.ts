@@ -41,9 +41,7 @@ export class OutputLock {
       if (!(await file.tryLock(true))) {
         const holder = await readHolder(file);
         file.close();
-        throw new UsageError(
-          `${what} is in use by ${describe(holder, path)}; wait for it to finish or stop it`,
-        );
+        throw new UsageError(inUse(what, describe(holder, path)));
       }
       // A holder that was finishing may have removed the file we opened: lock the file on disk.
       const [mine, onDisk] = await Promise.all([file.stat(), Deno.stat(path).catch(() => undefined)]);
@@ -56,6 +54,39 @@ export class OutputLock {
       await file.write(new TextEncoder().encode(JSON.stringify(holder) + "\n"));
       return new OutputLock(file, path);
     }
+  }
+
+  /**
+   * Who holds the lock at `path`, if another process does — `"sweep …" (pid
+   * N, started T; lock PATH)` — else undefined (no lock file, or one a killed
+   * holder left). Takes no lock, creates nothing: it probes with a shared lock,
+   * released at once (a sweep taking the lock in that instant would be refused).
+   * @param shown The lock's path as messages name it. @default path
+   */
+  static async holder(path: string, shown: string = path): Promise<string | undefined> {
+    let file: Deno.FsFile;
+    try {
+      file = await Deno.open(path, { read: true });
+    } catch {
+      return undefined; // no lock file: no holder
+    }
+    try {
+      if (await file.tryLock(false)) return undefined;
+      return describe(await readHolder(file), shown);
+    } finally {
+      file.close();
+    }
+  }
+
+  /**
+   * Refuses, as {@linkcode OutputLock.acquire} would, when another process
+   * holds the lock at `path`; takes no lock itself (see {@linkcode OutputLock.holder}).
+   * @param what How to name what is locked, e.g. `--out results/x`.
+   * @throws {UsageError} naming the holder.
+   */
+  static async assertFree(path: string, what: string, shown: string = path): Promise<void> {
+    const holder = await OutputLock.holder(path, shown);
+    if (holder !== undefined) throw new UsageError(inUse(what, holder));
   }
 
   /** Removes the lock file and releases the lock (idempotent). */
@@ -80,6 +111,12 @@ async function readHolder(file: Deno.FsFile): Promise<Holder | undefined> {
   } catch {
     return undefined; // the holder has not written its name yet
   }
+}
+
+/** The refusal when `what` is locked by `holder` (see {@linkcode describe}). */
+function inUse(what: string, holder: string): string {
+  return `${what} is in use by ${holder}: another sweep or merge holds its lock; ` +
+    `wait for it to finish or stop it, then run this command again`;
 }
 
 function describe(holder: Holder | undefined, path: string): string {

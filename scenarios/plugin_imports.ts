@@ -5,8 +5,10 @@
  * our `actors/`, an entry of the import map, or an `npm:` package the lock
  * already pins. Remote URLs, other `npm:`/`jsr:`/`node:` specifiers, files
  * elsewhere on disk and computed `import()` calls are refused up front.
- * (The plugin's Worker enforces the same at run time with its permissions;
- * this check turns a violation into a clear usage error before any code runs.)
+ * A hidden file or directory (`.ssh`, `.env`) is never a plugin's, even
+ * under its directory. (The plugin's Worker may read exactly the files of the
+ * graph, ours included; this check turns a violation into a clear usage
+ * error before any code runs.)
  */
 import { dirname, extname, isAbsolute, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -49,12 +51,15 @@ const MAX_MODULE_BYTES = 5 * 2 ** 20;
  * Walks the plugin's import graph from `entryPath` and throws on the first
  * import outside the rules. Every file reached must be a regular file of at
  * most 5 MiB whose real path (symlinks followed) is inside the real path of a
- * root: a symlink in the plugin's directory cannot lead outside it.
+ * root, and no hidden file: a symlink in the plugin's directory cannot lead
+ * outside it, and a plugin kept in `$HOME` cannot import `.ssh/id_rsa` as text.
+ * Files of the trusted roots (ours) are walked too, to learn what the plugin
+ * reaches, but their imports are not judged.
  *
  * @returns what the plugin's Worker must be able to read: each file of the
- *   graph outside the trusted roots (as written and as real path), then the
- *   trusted roots themselves. Granting files, not the plugin's directory,
- *   keeps a symlink beside the plugin from opening the rest of the disk.
+ *   graph (as written and as real path), ours included, and no directory.
+ *   Granting files keeps a symlink beside the plugin from opening the rest of
+ *   the disk, and the files beside it, which it does not import, from it.
  * @throws {UsageError} naming the importing file, the specifier and why it is refused.
  */
 export async function checkPluginImports(entryPath: string, rules: ImportRules): Promise<string[]> {
@@ -71,9 +76,19 @@ export async function checkPluginImports(entryPath: string, rules: ImportRules):
     if (seen.has(file)) continue;
     seen.add(file);
     const real = await checkedFile(file, realRoots, where);
-    if (within(real, realTrusted)) continue;
+    if (file !== entry && (isHidden(file, rules.roots) || isHidden(real, realRoots))) {
+      throw new UsageError(
+        `${where}: "${
+          relativeName(file)
+        }" is hidden (a name starting with "."), which a plugin may not import`,
+      );
+    }
     readable.add(file).add(real);
     if (!isScript(file)) continue;
+    if (within(real, realTrusted)) {
+      queue.push(...(await ourImports(real)).map((target) => ({ file: target, where })));
+      continue;
+    }
     if (/\.c[jt]s$/.test(file)) {
       throw new UsageError(
         `${where}: "${
@@ -94,7 +109,19 @@ export async function checkPluginImports(entryPath: string, rules: ImportRules):
       if (target !== undefined) queue.push({ file: target, where: `${at}: import "${found.specifier}"` });
     }
   }
-  return [...readable, ...realTrusted];
+  return [...readable];
+}
+
+/**
+ * The local files one of our modules imports (relative specifiers only: our
+ * packages come from the import map or `npm:`, which the Worker loads without
+ * reading the disk; a computed `import()` is the plugin loader's own).
+ */
+async function ourImports(path: string): Promise<string[]> {
+  const source = await Deno.readTextFile(path);
+  return findImports(source)
+    .filter((found) => !found.typeOnly && found.specifier !== undefined && /^\.\.?\//.test(found.specifier))
+    .map((found) => resolve(dirname(path), found.specifier!));
 }
 
 /** The real path of `file`, checked: a regular file, not too large, inside a root. */
@@ -171,6 +198,15 @@ function within(path: string, roots: readonly string[]): boolean {
     const rel = relative(root, path);
     return rel === "" || (!rel.startsWith("..") && !isAbsolute(rel));
   });
+}
+
+/** Whether a component of `path` below its root (`.ssh`, `.env`) starts with a dot. */
+function isHidden(path: string, roots: readonly string[]): boolean {
+  const root = roots.find((r) => within(path, [r]));
+  if (root === undefined) return false;
+  return relative(root, path).split(sep).some((part) =>
+    part.startsWith(".") && part !== "." && part !== ".."
+  );
 }
 
 function isScript(path: string): boolean {

@@ -25,7 +25,7 @@ import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
 import { formatMetric, formatReport } from "./report/run_report.ts";
 import { UsageError } from "./usage_error.ts";
-import { memoryVerdict } from "./worker_pool.ts";
+import { watchPluginProcess } from "./plugin_watchdog.ts";
 import { systemWallTime } from "./wall_time.ts";
 
 const HELP = `Usage: deno task realtime [flags]
@@ -173,13 +173,8 @@ if (import.meta.main) {
       terminal ? 250 : 2000,
     );
     // The router's Worker runs the plugin: past the memory budget, end the run in one line
-    // before V8 aborts the whole process with a crash dump.
-    const memoryWatch = plugin && setInterval(() => {
-      const verdict = memoryVerdict(plugin);
-      if (verdict === undefined) return;
-      console.error(`run failed: ${verdict.message}`);
-      Deno.exit(1);
-    }, 100);
+    // before V8 aborts the whole process with a crash dump (scenarios/plugin_watchdog.ts).
+    const watchdog = plugin && watchPluginProcess(plugin);
     try {
       const result = await simulateRealtime(config, {
         speed,
@@ -199,16 +194,20 @@ if (import.meta.main) {
         },
       });
       clearInterval(timer);
-      clearInterval(memoryWatch);
       const report = { ...result, wallMs: performance.now() - start, scenario: config };
       console.log(
         values.json
           ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)
           : `${withPoolPluginLine(formatReport(report), plugin)}\n${formatLag(result, tolerance)}`,
       );
+      if (watchdog) {
+        // The router's Worker, running the plugin's code, cannot always be
+        // terminated (a loop, endless promise callbacks): end the process.
+        watchdog.stop();
+        Deno.exit(0);
+      }
     } catch (error) {
       clearInterval(timer);
-      clearInterval(memoryWatch);
       if (error instanceof DOMException && error.name === "AbortError") {
         console.error(interruptedLine(live, performance.now() - start));
         Deno.exit(130);

@@ -7,6 +7,7 @@ import { formatReport } from "./report/run_report.ts";
 import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
 import { runPluginScenario, runScenario } from "./run_scenario.ts";
+import { watchPluginProcess } from "./plugin_watchdog.ts";
 import {
   configFromFlags,
   parseFlags,
@@ -42,6 +43,8 @@ if (import.meta.main) {
       flag: named.flag,
       pool: named.pool,
     });
+    // Memory and a main thread kept busy, watched from a Worker of its own (scenarios/plugin_watchdog.ts).
+    const watchdog = plugin && watchPluginProcess(plugin);
     const terminal = Deno.stderr.isTerminal();
     const progress = terminal || values.progress
       ? runProgress(expectedRequests(config), terminal)
@@ -55,5 +58,11 @@ if (import.meta.main) {
         ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)
         : withPoolPluginLine(formatReport(report), plugin),
     );
+    if (watchdog) {
+      // A Worker running a plugin's code cannot always be terminated (a loop,
+      // endless promise callbacks) and would keep the process alive: end it.
+      watchdog.stop();
+      Deno.exit(0);
+    }
   });
 }

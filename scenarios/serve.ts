@@ -22,11 +22,20 @@ import {
 } from "./command_line.ts";
 import { callerDirectory } from "./caller_directory.ts";
 import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
+import { watchPluginProcess } from "./plugin_watchdog.ts";
 import { UsageError } from "./usage_error.ts";
 import { isDisaggregated } from "../actors/instance_model.ts";
 import type { SimulationConfig } from "../actors/topology.ts";
 import { policyLabel } from "../actors/policies/mod.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./wire/http.ts";
+import {
+  ConnectionPool,
+  DEFAULT_HEADERS_TIMEOUT_MS,
+  DEFAULT_IDLE_TIMEOUT_MS,
+  FALLBACK_FREE_DESCRIPTORS,
+  freeDescriptors,
+  RESERVED_DESCRIPTORS,
+} from "./wire/http_server.ts";
 import { type SimFleet, startSimFleet } from "./wire/sim_server.ts";
 import {
   DEFAULT_SCRAPE_FAILURES,
@@ -59,6 +68,13 @@ Ctrl-C (graceful: in-flight streams finish, at most 5 s).
   --scrape-failures N      failed scrapes in a row, with no request answered between, before an
                            upstream is drained (default 3); a refused connection drains it at once
   --upstream-timeout-ms N  wall ms the gateway waits for an upstream's first byte (default 60000)
+  --headers-timeout-ms N   wall ms a client may take to send a request's headers before its connection
+                           is closed (default 30000)
+  --idle-timeout-ms N      wall ms a keep-alive connection may idle, or a client take to read the next
+                           bytes of an answer, before it is closed (default 30000)
+  --max-connections N      connections each server holds at most; more wait in the kernel's backlog
+                           (default: what the descriptor limit, ulimit -n, leaves: each request through
+                           the gateway holds up to 3 descriptors: client, upstream, instance)
 
 Bound to 127.0.0.1 by default, and the task may reach 127.0.0.1 and localhost
 only. For other hosts run: deno run --allow-read --allow-net=HOSTS
@@ -80,6 +96,9 @@ const OPTIONS = {
   "scrape-timeout-ms": { type: "string" },
   "scrape-failures": { type: "string" },
   "upstream-timeout-ms": { type: "string" },
+  "headers-timeout-ms": { type: "string" },
+  "idle-timeout-ms": { type: "string" },
+  "max-connections": { type: "string" },
 } as const;
 
 type ServeFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
@@ -147,6 +166,8 @@ async function serveSettings(values: ServeFlags) {
   const named = pluginFlag(values);
   if (named?.pool !== undefined) throw new UsageError(`${named.flag}: serve routes one pool; use --router`);
   const timeoutMs = pluginTimeoutMs(values);
+  // Counted while nothing else runs: the count takes every free descriptor for a moment.
+  const connections = connectionBudget(values, upstreams.length > 0, values["no-gateway"] === true);
   const plugin = named && await loadRouterPlugin(named.path, { timeoutMs, baseDir: callerDirectory() });
   return {
     config,
@@ -172,6 +193,51 @@ async function serveSettings(values: ServeFlags) {
       integer: true,
     }),
     upstreamTimeoutMs: numberFlag("--upstream-timeout-ms", values["upstream-timeout-ms"], 60000),
+    headersTimeoutMs: numberFlag(
+      "--headers-timeout-ms",
+      values["headers-timeout-ms"],
+      DEFAULT_HEADERS_TIMEOUT_MS,
+    ),
+    idleTimeoutMs: numberFlag("--idle-timeout-ms", values["idle-timeout-ms"], DEFAULT_IDLE_TIMEOUT_MS),
+    connections,
+  };
+}
+
+/**
+ * How many connections the servers may hold, from the process's descriptor
+ * limit less {@linkcode RESERVED_DESCRIPTORS}: a request through the gateway
+ * holds a descriptor for its client, one for its upstream and, when the
+ * instances are simulated here, one at the instance. So the gateway takes a
+ * third of them (half when it fronts remote upstreams) and the instances
+ * share the rest (all of them with `--no-gateway`).
+ * @throws {UsageError} when `--max-connections` needs more descriptors than the limit leaves.
+ */
+function connectionBudget(values: ServeFlags, remote: boolean, noGateway: boolean) {
+  const counted = freeDescriptors();
+  const free = counted?.free ?? FALLBACK_FREE_DESCRIPTORS;
+  const available = Math.max(3, free - RESERVED_DESCRIPTORS);
+  const perRequest = noGateway ? 1 : remote ? 2 : 3;
+  const derived = Math.max(1, Math.floor(available / perRequest));
+  const given = values["max-connections"];
+  const perServer = numberFlag("--max-connections", given, derived, { integer: true });
+  const what = counted === undefined
+    ? `${free} free descriptors (assumed: they could not be counted)`
+    : counted.limited
+    ? `${free} free descriptors (ulimit -n)`
+    : `at least ${free} free descriptors`;
+  if (given !== undefined && counted?.limited !== false && perServer * perRequest > available) {
+    throw new UsageError(
+      `--max-connections: ${perServer} needs about ${perServer * perRequest + RESERVED_DESCRIPTORS} ` +
+        `descriptors; this process has ${what}: expected at most ${derived}, or raise the limit (ulimit -n)`,
+    );
+  }
+  // The instances together: what the gateway's connections leave (its clients' and its upstream ones).
+  const fleetSlots = noGateway ? available : Math.max(1, available - 2 * perServer);
+  return {
+    what,
+    gateway: perServer,
+    instances: perServer,
+    fleetPool: new ConnectionPool(fleetSlots),
   };
 }
 
@@ -191,6 +257,13 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
     scrapeTimeoutMs: settings.scrapeTimeoutMs,
     scrapeFailures: settings.scrapeFailures,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
+    connections: {
+      limits: {
+        headersTimeoutMs: settings.headersTimeoutMs,
+        idleTimeoutMs: settings.idleTimeoutMs,
+        maxConnections: settings.connections.gateway,
+      },
+    },
     // Named on the command line: the gateway itself answers 404 for other models (real upstreams may serve several).
     ...(settings.servedModelNameGiven && { servedModelName: settings.servedModelName }),
     plugin: plugin && {
@@ -256,6 +329,9 @@ if (import.meta.main) {
     const { values } = parseFlags(Deno.args, OPTIONS);
     if (values.help) return console.log(HELP);
     const settings = await serveSettings(values);
+    // A plugin's memory (its own, or a nested allocation) past the budget, or a main thread it
+    // starves, ends the process in one line, from a Worker the plugin cannot starve.
+    const watchdog = settings.plugin && watchPluginProcess(settings.plugin, { linePrefix: "serve: " });
     let fleet: SimFleet | undefined;
     if (settings.upstreams.length === 0) {
       fleet = await startSimFleet({
@@ -266,6 +342,14 @@ if (import.meta.main) {
         maxBodyBytes: settings.maxBodyBytes,
         maxModelLen: settings.maxModelLen,
         wallTime: systemWallTime,
+        connections: {
+          limits: {
+            headersTimeoutMs: settings.headersTimeoutMs,
+            idleTimeoutMs: settings.idleTimeoutMs,
+            maxConnections: settings.connections.instances,
+          },
+          pool: settings.connections.fleetPool,
+        },
         onError: (error) => {
           console.error(`run failed: ${oneLine(error.message)}`);
           Deno.exit(1);
@@ -283,7 +367,12 @@ if (import.meta.main) {
         `gateway: ${gateway.url} (${routing}, approximate cache view, ${upstreams.length} upstreams)`,
       );
     }
-    console.log(`serving at speed ${settings.speed}×; SIGTERM or Ctrl-C stops`);
+    const { connections } = settings;
+    console.log(
+      `serving at speed ${settings.speed}×; at most ${connections.gateway} connections per server ` +
+        `(${connections.what}); SIGTERM or Ctrl-C stops`,
+    );
     await serveUntilSignal(fleet, gateway);
+    watchdog?.stop();
   });
 }

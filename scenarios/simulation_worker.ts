@@ -2,10 +2,10 @@
  * @module
  * A simulation Worker: runs whole simulations for the host (the sweep's pool,
  * or `run` with a router plugin), one message per run. A Worker started with
- * a plugin loads it once, by dynamic `import()`, with no permission but
- * reading the plugin's directory and `actors/`; while the plugin decides, a
- * shared watch buffer tells the host which request it is deciding, so the
- * host's watchdog can end a run that hangs in user code.
+ * a plugin locks itself down and loads it once, by dynamic `import()`, with no
+ * permission but reading the files of its import graph; while the plugin
+ * decides, a shared watch buffer tells the watchdog which request it is
+ * deciding, so that a run that hangs in user code ends.
  */
 /// <reference lib="deno.worker" />
 import type { PoolRole } from "../actors/instance_model.ts";
@@ -19,6 +19,7 @@ import { type ErrorData, errorToData, SimulationError } from "../actors/runtime/
 import { createPolicy } from "../actors/policies/mod.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { loadPolicyModule } from "../actors/policies/plugin_policy.ts";
+import { assertBuiltInsIntact, explainLockdown, PLUGIN_SANDBOX } from "../actors/runtime/plugin_lockdown.ts";
 import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
 
 /** Host → Worker. */
@@ -27,8 +28,8 @@ export type SimulationWorkerCommand =
     readonly type: "init";
     /**
      * The private channel for every later command and reply, captured before
-     * any plugin code runs: a plugin's own `self.postMessage` reaches a
-     * listener that ignores it, and it never sees this port.
+     * any plugin code runs: the plugin never sees this port, and may not post
+     * at all (its Worker is locked down, actors/runtime/plugin_lockdown.ts).
      */
     readonly port: MessagePort;
     /** The shared watch buffer (see {@linkcode WatchSlot}). */
@@ -65,13 +66,15 @@ let reply: (message: SimulationWorkerReply) => void = () => {};
 const PLUGIN_NAME = /^[\x20-\x7e]{1,80}$/;
 
 /**
- * Deno's permission message without its advice to re-run with a flag (which
- * cannot apply to a plugin), plus what a plugin may do.
+ * What a plugin did against its sandbox, said so: Deno's permission message
+ * without its advice to re-run with a flag (which cannot apply to a plugin),
+ * plus what a plugin may do; V8's complaint about a frozen built-in, with the
+ * rule it broke. Anything else unchanged.
  */
-export function explainPermission(message: string): string {
-  if (!/^Requires \w+ access/.test(message)) return message;
+export function explainSandbox(message: string): string {
+  if (!/^Requires \w+ access/.test(message)) return explainLockdown(message);
   return `${message.replace(/, run again with the --allow-[\w-]+ flag.*$/s, "")} ` +
-    `(a router plugin has no permission but reading the files it imports and actors/)`;
+    `(a router plugin has no permission but reading the files it imports)`;
 }
 
 /** Wraps the plugin so the watch buffer shows each decision while it runs. */
@@ -82,12 +85,9 @@ function watched(plugin: RoutingPolicy, slot: WatchSlot): RoutingPolicy {
     name,
     choose(request, view, random) {
       slot.enterDecision(request.id, request.arrivalMs);
-      const choice: unknown = choose(request, view, random);
-      // Checked while the watch still shows the decision: an object's
-      // toString could otherwise spin in the router, unwatched.
-      if (typeof choice !== "number") {
-        throw new TypeError(`choose returned ${typeof choice}, expected an instance index`);
-      }
+      // A choice that is not an index is the router's to refuse, as in every
+      // mode; it describes it without running the plugin's code.
+      const choice = choose(request, view, random);
       slot.leaveDecision();
       return choice;
     },
@@ -108,7 +108,7 @@ async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>)
   pluginPool = command.pluginPool;
   slot.setPhase(WorkerPhase.Loading);
   try {
-    const plugin = await loadPolicyModule(command.pluginUrl);
+    const plugin = await loadPolicyModule(command.pluginUrl, PLUGIN_SANDBOX);
     if (typeof plugin.name !== "string" || !PLUGIN_NAME.test(plugin.name)) {
       throw new TypeError(
         `its name must be 1 to 80 printable ASCII characters, got ${
@@ -122,7 +122,7 @@ async function init(command: Extract<SimulationWorkerCommand, { type: "init" }>)
   } catch (error) {
     slot.setPhase(WorkerPhase.Idle);
     const message = String((error as Error)?.message ?? error).split("\n")[0];
-    reply({ type: "load_failed", message: explainPermission(message) });
+    reply({ type: "load_failed", message: explainSandbox(message) });
   }
 }
 
@@ -135,6 +135,8 @@ function run(command: Extract<SimulationWorkerCommand, { type: "run" }>): void {
     return reply({ type: "error", id, error: errorToData(error) });
   }
   try {
+    // The plugin's code may have run since the last run (a timer, a promise).
+    assertBuiltInsIntact();
     const start = performance.now();
     const result = simulate(config, runPolicies(config));
     reply({ type: "result", id, result, wallMs: performance.now() - start });
@@ -167,7 +169,7 @@ function runPolicies(config: SimulationConfig): SimulateOptions {
 /** A run's failure as data for the host: its text on one line, a permission error explained. */
 function failureData(error: unknown): ErrorData {
   const data = errorToData(error);
-  const oneLine = (text: string) => explainPermission(text.split("\n")[0]);
+  const oneLine = (text: string) => explainSandbox(text.split("\n")[0]);
   const detail = data.fields.detail;
   return data.name === "SimulationError" && typeof detail === "string"
     ? { ...data, fields: { ...data.fields, detail: oneLine(detail) } }

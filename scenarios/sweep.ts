@@ -12,7 +12,14 @@ import { oneLine, parseFlags, pluginTimeoutMs, runCommand } from "./command_line
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { TraceFormatError } from "../actors/trace_reader.ts";
 import { readJsonFile } from "./scenario.ts";
-import { checkSweepInputs, parseSweep, type Sweep } from "./sweep_spec.ts";
+import {
+  checkRunCount,
+  checkSweepInputs,
+  countRuns,
+  MAX_RUNS,
+  parseSweep,
+  type Sweep,
+} from "./sweep_spec.ts";
 import { outputDirectory, SWEEPS_DIR } from "./output_directory.ts";
 import type { OutputLock } from "./output_lock.ts";
 import { watchParent } from "./parent_watch.ts";
@@ -51,6 +58,8 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --router FILE.ts add a router plugin as one more policy of the sweep
   --plugin-timeout-ms N  wall ms the plugin may take to load or to make one routing decision (default 5000)
   --shard i/n      run only shard i of n (every n-th point) and record it for 'deno task merge'
+  --max-runs N     refuse a sweep of more than N runs (points × policy variants × seeds), before any
+                   run (default ${MAX_RUNS.toLocaleString("en-US")}: about 9 minutes and 200 MB on 2 cores)
   --resume         finish an interrupted sweep (or shard): run only the points its journal lacks
   --fresh          discard the journal of an unfinished sweep and start over
   --out DIR        output directory inside results/ (default: the sweep file's home — results/ for
@@ -61,6 +70,7 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
 const OPTIONS = {
   spec: { type: "string" },
   shard: { type: "string" },
+  "max-runs": { type: "string" },
   resume: { type: "boolean" },
   fresh: { type: "boolean" },
   quick: { type: "boolean" },
@@ -152,6 +162,21 @@ function parseWorkers(raw: string | undefined): number {
   return workers;
 }
 
+/** Largest `--max-runs`: a sweep's runs are one array, whose length JavaScript bounds at 2^32 − 1. */
+const MAX_RUNS_CEILING = 2 ** 32 - 1;
+
+/** Parses `--max-runs N`: {@linkcode MAX_RUNS} when not given. */
+function parseMaxRuns(raw: string | undefined): number {
+  if (raw === undefined) return MAX_RUNS;
+  const maxRuns = Number(raw);
+  if (raw.trim() === "" || !Number.isInteger(maxRuns) || maxRuns < 1 || maxRuns > MAX_RUNS_CEILING) {
+    throw new UsageError(
+      `--max-runs: expected an integer from 1 to ${MAX_RUNS_CEILING} (a JavaScript array's longest), got "${raw}"`,
+    );
+  }
+  return maxRuns;
+}
+
 /** A sweep as its flags give it: checked, expanded, with its share of the points and where it writes. */
 interface SweepSetup {
   readonly sweep: Sweep;
@@ -174,16 +199,19 @@ async function setUp(values: Flags): Promise<SweepSetup> {
   const workers = parseWorkers(values.workers);
   if (values.resume && values.fresh) throw new UsageError("--resume and --fresh: give one or the other");
   const shard = parseShard(values.shard);
+  const maxRuns = parseMaxRuns(values["max-runs"]);
   const timeoutMs = pluginTimeoutMs(values);
-  const plugin = values.router
-    ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
-    : undefined;
-  const pluginInfo = plugin && { name: plugin.name, url: plugin.url };
   const specPath = values.quick
     ? join(SWEEPS_DIR, "quick.json")
     : values.spec ?? join(SWEEPS_DIR, "default.json");
   const spec = await readJsonFile(specPath, "--spec");
-  const sweep = parseSweep(spec, pluginInfo);
+  // A grid too large is refused from its lists' lengths, before the plugin loads or anything expands.
+  checkRunCount(countRuns(spec, values.router !== undefined), maxRuns);
+  const plugin = values.router
+    ? await loadRouterPlugin(values.router, { timeoutMs, baseDir: callerDirectory() })
+    : undefined;
+  const pluginInfo = plugin && { name: plugin.name, url: plugin.url };
+  const sweep = parseSweep(spec, pluginInfo, { maxRuns });
   const header = journalHeader(
     spec,
     shard,
@@ -284,6 +312,8 @@ async function simulatePoints(
       signal: interrupts.signal,
       plugin: setup.plugin,
       pluginTimeoutMs: setup.pluginTimeoutMs,
+      // A main thread kept busy cannot take the watchdog's verdict: it then ends the process itself.
+      watchdog: { stallMs: 10_000, lastResort: { linePrefix: "run failed: " } },
       readPaths: [...new Set(todo.flatMap((i) => sweep.runs[i].config.workload.trace?.path ?? []))],
       onProgress: (count, result, k) => {
         const run = todo[k];
@@ -407,5 +437,8 @@ if (import.meta.main) {
     const lock = await lockOutput(setup.out, setup.header.shard, `sweep ${Deno.args.join(" ")}`);
     await runSweep(setup, values, lock);
     lock.release();
+    // A Worker running a plugin's code cannot always be terminated (a loop,
+    // endless promise callbacks) and would keep the process alive: end it.
+    if (setup.plugin) Deno.exit(0);
   });
 }

@@ -5,7 +5,7 @@
  * and checked to merge shards), the results they assemble in run order, and
  * the files written from them.
  */
-import { join } from "node:path";
+import { basename, join } from "node:path";
 import type { RunResult } from "../actors/simulation.ts";
 import { SIMULATOR_VERSION } from "../actors/version.ts";
 import { writeFilesAtomic } from "./atomic_write.ts";
@@ -14,7 +14,7 @@ import { assertInsideResults, makeDirectoryInside } from "./output_directory.ts"
 import { OutputLock } from "./output_lock.ts";
 import { sweepOutputs } from "./report/mod.ts";
 import { type JournalContents, type JournalHeader, JournalWriter, readJournal } from "./sweep_journal.ts";
-import { parseSweep, type Sweep, type SweepPlugin } from "./sweep_spec.ts";
+import { countRuns, parseSweep, type Sweep, type SweepPlugin } from "./sweep_spec.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** Which share of a sweep's points: shard `index` of `count` (1 of 1 for a whole sweep). */
@@ -170,14 +170,31 @@ export function resultsInRunOrder(
 
 /** A shard journal found on disk. */
 export interface ShardJournal {
+  /** Its path as messages name it: under the directory as the user gave it. */
   readonly path: string;
   readonly contents: JournalContents;
+  /** Who holds the shard's lock, when a sweep is still writing it (see {@linkcode OutputLock.holder}). */
+  readonly running?: string;
+}
+
+/**
+ * Refuses a merge's `--out` (as the user gave it, relative to the caller's
+ * directory) while a sweep or merge holds its lock: checked before the shards
+ * are read, so the refusal names the holder rather than what the directory lacks.
+ * @throws {UsageError} naming the directory, the holder and what to do.
+ */
+export async function assertOutputFree(out: string): Promise<void> {
+  await OutputLock.assertFree(lockPath(fromCaller(out), WHOLE), `--out ${out}`, lockPath(out, WHOLE));
 }
 
 /**
  * Every `shard-i-of-n.jsonl` in the given directories (relative to the
- * caller's), read, in name order per directory.
- * @throws {UsageError} for a directory that cannot be read, or a file that is not a journal.
+ * caller's), read, in name order per directory, each with the holder of its
+ * lock if a sweep is still writing it. Paths in messages are under the
+ * directories as given.
+ * @throws {UsageError} for a directory that cannot be read, a file that is not
+ *   a journal, or no shard file at all (naming a sweep or merge running in a
+ *   directory, if one is).
  */
 export async function readShards(dirs: readonly string[]): Promise<ShardJournal[]> {
   const shards: ShardJournal[] = [];
@@ -191,11 +208,48 @@ export async function readShards(dirs: readonly string[]): Promise<ShardJournal[
     }
     const names = entries.map((e) => e.name).filter((name) => /^shard-\d+-of-\d+\.jsonl$/.test(name));
     for (const name of names.sort((a, b) => a.localeCompare(b))) {
-      const path = join(fromCaller(dir), name);
-      shards.push({ path, contents: await readJournal(path) });
+      const path = join(dir, name);
+      const lock = `.${basename(name, ".jsonl")}.lock`;
+      shards.push({
+        path,
+        contents: await readShownJournal(join(fromCaller(dir), name), path),
+        running: await OutputLock.holder(join(fromCaller(dir), lock), join(dir, lock)),
+      });
     }
   }
+  if (shards.length === 0) await refuseNoShards(dirs);
   return shards;
+}
+
+/** {@linkcode readJournal} of `path`, its messages naming it `shown`. */
+async function readShownJournal(path: string, shown: string): Promise<JournalContents> {
+  try {
+    return await readJournal(path);
+  } catch (error) {
+    if (error instanceof UsageError && path !== shown) {
+      throw new UsageError(error.message.replaceAll(path, shown));
+    }
+    throw error;
+  }
+}
+
+/**
+ * Refuses a merge that found no shard file: when a sweep or merge is running
+ * in one of `dirs`, names it (a sweep without `--shard` writes no shards, and
+ * writes its own results).
+ * @throws {UsageError} always.
+ */
+async function refuseNoShards(dirs: readonly string[]): Promise<never> {
+  for (const dir of dirs) {
+    const holder = await OutputLock.holder(lockPath(fromCaller(dir), WHOLE), lockPath(dir, WHOLE));
+    if (holder === undefined) continue;
+    throw new UsageError(
+      `no shard files (shard-*-of-*.jsonl) in ${dir}: it is in use by ${holder}, ` +
+        `a sweep or merge writing its own results there; wait for it to finish ` +
+        `(merge combines the shard files of sweeps run with --shard i/n)`,
+    );
+  }
+  throw new UsageError(`no shard files (shard-*-of-*.jsonl) in ${dirs.join(", ")}`);
 }
 
 /** A merged sweep: its spec as the journals record it, its plugin, and every run's result in run order. */
@@ -223,9 +277,18 @@ export function assembleShards(shards: readonly ShardJournal[]): MergedSweep {
   checkCompatible(shards);
   checkComplete(shards);
   const first = shards[0].contents.header!;
-  const sweep = parseSweep(first.spec, first.plugin);
   const points = new Map<number, readonly RunResult[]>();
   for (const { contents } of shards) for (const [p, runs] of contents.points) points.set(p, runs);
+  // The grid is expanded only once it is known to be no larger than the runs already read.
+  const recorded = [...points.values()].reduce((n, runs) => n + runs.length, 0);
+  const count = countRuns(first.spec, first.plugin !== undefined);
+  if (count.runs !== BigInt(recorded)) {
+    throw new UsageError(
+      `${shards[0].path}: its sweep has ${count.runs.toLocaleString("en-US")} runs, but the shards hold ` +
+        `${recorded.toLocaleString("en-US")}; refusing to merge (re-run the shards)`,
+    );
+  }
+  const sweep = parseSweep(first.spec, first.plugin, { maxRuns: recorded });
   return { spec: first.spec, plugin: first.plugin, sweep, results: resultsInRunOrder(sweep, points) };
 }
 
@@ -274,13 +337,17 @@ function checkComplete(shards: readonly ShardJournal[]): void {
   if (missing.length > 0) {
     throw new UsageError(`missing shards: ${missing.map((i) => `${i}/${count}`).join(", ")}`);
   }
-  for (const { path, contents } of shards) {
+  for (const { path, contents, running } of shards) {
     const lacking = contents.header!.points.filter((p) => !contents.points.has(p));
     if (lacking.length > 0) {
+      const { index } = contents.header!.shard;
       throw new UsageError(
         `${path}: incomplete (${contents.header!.points.length - lacking.length} of ${
           contents.header!.points.length
-        } points); finish it with --resume`,
+        } points); ` +
+          (running === undefined
+            ? "finish it with --resume"
+            : `shard ${index}/${count} is still running, by ${running}: wait for it to finish, then merge`),
       );
     }
   }

@@ -115,12 +115,86 @@ const axisLabel = (value: AxisValue): number | string => isNamed(value) ? value.
 const isReservedAxis = (axis: string) => axis === "seed" || axis === "policy" || axis.startsWith("policy.");
 
 /**
- * Validates a sweep spec and expands it. Every run's scenario is parsed, and
- * its trace path (if any) resolved against the caller's directory.
- * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`).
+ * Most runs a sweep may expand to unless raised (`deno task sweep --max-runs N`):
+ * 100,000, about 17 times the default grid's 6,000. The default sweep simulates
+ * ≈ 190 runs/s on 2 cores and a sweep holds ≈ 2 kB per run (its parsed scenario
+ * and its result) until it writes, so 100,000 runs take ≈ 9 minutes and
+ * ≈ 200 MB there; a grid ten times that is an hour and a half and gigabytes, more
+ * often a slip (one axis too many, a list of a thousand) than an intent.
  */
-export function parseSweep(input: unknown, plugin?: SweepPlugin): Sweep {
+export const MAX_RUNS = 100_000;
+
+/** How many runs a sweep expands to, and why: exact (the product of a few long lists passes 2^53). */
+export interface RunCount {
+  /** Points of the grid: the product of the axes' lengths. */
+  readonly points: bigint;
+  /** Policy variants: per entry of `policies`, the product of its parameter lists' lengths; a plugin adds one. */
+  readonly variants: bigint;
+  /** Seeds: the length of `seeds`. */
+  readonly seeds: bigint;
+  /** points × variants × seeds. */
+  readonly runs: bigint;
+}
+
+/**
+ * Counts the runs of a sweep spec from the lengths of its lists alone,
+ * expanding nothing, so a grid too large to expand is refused at once.
+ * @param plugin Whether a router plugin adds a variant.
+ * @throws {UsageError} naming the first field the schema refuses.
+ * @example
+ * ```ts
+ * countRuns({ axes: { "workload.ratePerSec": [10, 20] }, policies: [{ name: "hybrid", threshold: [0, 1, 2] }], seeds: [1, 2] }).runs; // 12n
+ * ```
+ */
+export function countRuns(input: unknown, plugin = false): RunCount {
+  return runCountOf(readSpec(input), plugin);
+}
+
+/** {@linkcode countRuns} of a spec the schema has read. */
+function runCountOf(spec: SweepSpec, plugin: boolean): RunCount {
+  const points = Object.values(spec.axes).reduce((n, values) => n * BigInt(values.length), 1n);
+  const variants = spec.policies.reduce(
+    (n, { name: _, ...params }) =>
+      n + Object.values(params).reduce<bigint>((m, v) => m * BigInt(Array.isArray(v) ? v.length : 1), 1n),
+    plugin ? 1n : 0n,
+  );
+  const seeds = BigInt(spec.seeds.length);
+  return { points, variants, seeds, runs: points * variants * seeds };
+}
+
+/**
+ * Refuses a sweep of more than `maxRuns` runs, in one line naming its size,
+ * how it comes about and the limit.
+ * @throws {UsageError} when `count.runs` exceeds `maxRuns`.
+ */
+export function checkRunCount(count: RunCount, maxRuns: number): void {
+  if (count.runs <= BigInt(maxRuns)) return;
+  const n = (x: bigint | number) => x.toLocaleString("en-US");
+  const of = (x: bigint, what: string) => `${n(x)} ${what}${x === 1n ? "" : "s"}`;
+  const why = [of(count.points, "point"), of(count.variants, "policy variant"), of(count.seeds, "seed")];
+  throw new UsageError(
+    `sweep: ${n(count.runs)} runs (${why.join(" × ")}), expected at most ${n(maxRuns)}; ` +
+      `shorten the axes, policies or seeds, or raise the limit with --max-runs N`,
+  );
+}
+
+/** Options of {@linkcode parseSweep}. */
+export interface ParseSweepOptions {
+  /** Most runs the sweep may expand to; a larger grid is refused before anything is expanded. @default MAX_RUNS */
+  readonly maxRuns?: number;
+}
+
+/**
+ * Validates a sweep spec and expands it. Its size is checked first, from
+ * the lengths of its lists (see {@linkcode countRuns}); then every run's
+ * scenario is parsed, and its trace path (if any) resolved against the
+ * caller's directory.
+ * @throws {UsageError} naming the invalid field (`sweep.axes["workload.prefix.zipf"][2]: …`),
+ *   or for a grid of more than `options.maxRuns` runs.
+ */
+export function parseSweep(input: unknown, plugin?: SweepPlugin, options: ParseSweepOptions = {}): Sweep {
   const spec = readSpec(input);
+  checkRunCount(runCountOf(spec, plugin !== undefined), options.maxRuns ?? MAX_RUNS);
   const axes = Object.keys(spec.axes);
   checkAxes(spec, axes);
   const variants = spec.policies.flatMap((entry, i) => expandPolicy(entry as PolicyEntry, i));

@@ -5,7 +5,8 @@
  * shared by `deno task trace-gen` and the bench.
  */
 import { mooncakeLine, type MooncakeRow, type TraceGenerator } from "../actors/trace_generator.ts";
-import { MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
+import { MAX_TRACE_LINE_BYTES, MOONCAKE_BLOCK_TOKENS } from "../actors/trace_reader.ts";
+import { UsageError } from "./usage_error.ts";
 
 /** What a written trace holds, for the one-line summary. */
 export interface TraceSummary {
@@ -30,11 +31,16 @@ const CHUNK_CHARS = 1 << 16;
  * The generator's rows as JSONL text, in chunks of about 64 KiB (one line per
  * row, each ending in a newline), tallying `summary` as it goes: memory holds
  * one chunk and the open sessions, never the trace.
+ *
+ * @throws {UsageError} for a row longer than the trace reader reads
+ * ({@linkcode MAX_TRACE_LINE_BYTES}): a file that could not be replayed.
  */
 export function* traceChunks(generator: TraceGenerator, summary: TraceTally): Generator<string> {
   let lines: string[] = [], chars = 0;
   for (let row = generator.next(); row !== undefined; row = generator.next()) {
     const line = mooncakeLine(row);
+    // Digits and punctuation only: one byte per character.
+    if (line.length > MAX_TRACE_LINE_BYTES) throw overlongRow(summary.requests + 1, line.length, row);
     summary.add(row);
     lines.push(line);
     chars += line.length + 1;
@@ -47,6 +53,14 @@ export function* traceChunks(generator: TraceGenerator, summary: TraceTally): Ge
   if (lines.length > 0) yield lines.join("\n") + "\n";
 }
 
+function overlongRow(index: number, bytes: number, row: MooncakeRow): UsageError {
+  return new UsageError(
+    `trace generator: row ${index} would be a line of ${bytes} bytes (input_length ${row.input_length}), ` +
+      `longer than the ${MAX_TRACE_LINE_BYTES} bytes the trace reader reads; lower --first-message-tokens, ` +
+      `--message-tokens, --output-tokens or --turns-mean`,
+  );
+}
+
 /** Running totals of the rows written. */
 export class TraceTally {
   #requests = 0;
@@ -55,6 +69,11 @@ export class TraceTally {
   #inputTokens = 0;
   #outputTokens = 0;
   #blocks = 0;
+
+  /** Rows counted so far. */
+  get requests(): number {
+    return this.#requests;
+  }
 
   /** Counts one row. */
   add(row: MooncakeRow): void {

@@ -4,9 +4,9 @@
  * by run index — so the output never depends on which Worker ran what, or how
  * many there were. Runs of a router plugin go to Workers that load it (and
  * only those: a plugin never shares a Worker with built-in policies' runs),
- * with no permission but reading the files it imports and `actors/`; a
- * watchdog in this thread ends the pool when the plugin hangs, silently ends
- * its Worker or exhausts memory.
+ * with no permission but reading the files of its import graph; a watchdog
+ * in a Worker of its own (scenarios/plugin_watchdog.ts) ends the pool when
+ * the plugin hangs, keeps its Worker busy or exhausts memory.
  */
 import type { PoolRole } from "../actors/instance_model.ts";
 import type { RunResult, SimulationConfig } from "../actors/simulation.ts";
@@ -22,7 +22,8 @@ import { NO_PERMISSIONS } from "../actors/runtime/worker_runtime.ts";
 import { reviveTraceFormatError, TraceFormatError, TraceReader } from "../actors/trace_reader.ts";
 import type { SimulationWorkerCommand, SimulationWorkerReply } from "./simulation_worker.ts";
 import { UsageError } from "./usage_error.ts";
-import { WatchSlot, WorkerPhase } from "./worker_watch.ts";
+import { pluginActor, PluginWatchdog, type PluginWatchdogOptions, watchedPlugin } from "./plugin_watchdog.ts";
+import { WatchSlot } from "./worker_watch.ts";
 
 /** One run for the pool: a config and whether the pool's plugin replaces its policy. */
 export interface PoolTask {
@@ -39,7 +40,7 @@ export interface SandboxPlugin {
   readonly path: string;
   /** Its `name`, once known. */
   readonly name?: string;
-  /** What its Worker may read: the files of its import graph and `actors/` (see scenarios/plugin_imports.ts). */
+  /** What its Worker may read: the files of its import graph (see scenarios/plugin_imports.ts). */
   readonly readPaths: readonly string[];
   /** The flag that named it, for a load failure's message. @default "--router" */
   readonly flag?: string;
@@ -52,13 +53,6 @@ export interface SandboxPlugin {
 
 /** Default bound on one routing decision and on a plugin's loading, wall ms. */
 export const DEFAULT_PLUGIN_TIMEOUT_MS = 5000;
-
-/**
- * Resident memory above which a run with a plugin is ended: below the 4 GiB
- * heap limit of a Worker, at which V8 would abort the whole process with a
- * crash dump instead of a one-line message.
- */
-export const PLUGIN_MEMORY_BUDGET_BYTES = 3 * 2 ** 30;
 
 /** Options for {@linkcode runOnWorkers}. */
 export interface WorkerPoolOptions {
@@ -76,24 +70,25 @@ export interface WorkerPoolOptions {
   readonly readPaths?: readonly string[];
   /** Called with each run's wall time inside its Worker. */
   readonly onWallMs?: (index: number, wallMs: number) => void;
+  /** Resident memory above which a plugin's runs fail, bytes. @default pluginMemoryBudgetBytes() */
+  readonly memoryBudgetBytes?: number;
+  /**
+   * For a command-line tool: let the plugin watchdog also judge a main thread
+   * kept busy (`stallMs`) and end the process itself when this thread cannot
+   * take its verdict (`lastResort`; see {@linkcode PluginWatchdogOptions}).
+   * @default neither
+   */
+  readonly watchdog?: Pick<PluginWatchdogOptions, "stallMs" | "lastResort">;
 }
 
-/** One Worker of the pool, with its watch buffer and what the watchdog last saw. */
+/** One Worker of the pool, with the watch buffer its watchdog reads. */
 class SimulationWorker {
   readonly worker: Worker;
   readonly watch: WatchSlot;
   readonly ready: Promise<string | undefined>;
-  /** When the watchdog first saw it importing the plugin (wall ms). */
-  loadingSince: number | undefined;
   loaded = false;
-  /** The run it is doing, and since when (wall ms). */
+  /** The run it is doing, -1 for none. */
   task = -1;
-  taskSince = 0;
-  decisions = -1;
-  decisionSince = 0;
-  /** Decisions counted when the run last made progress, and since when (wall ms). */
-  progressDecisions = -1;
-  progressSince = 0;
   readonly #port: MessagePort;
   onReply: (reply: SimulationWorkerReply) => void = () => {};
   onCrash: (message: string) => void = () => {};
@@ -118,7 +113,7 @@ class SimulationWorker {
     this.watch = new WatchSlot(buffer);
     const channel = new MessageChannel();
     this.#port = channel.port1;
-    // Whatever a plugin posts with its Worker's own postMessage lands here, unread.
+    // A plugin may not post (its Worker's postMessage throws); anything that came would land here, unread.
     this.worker.onmessage = () => {};
     this.ready = new Promise((resolve, reject) => {
       this.#port.onmessage = (event: MessageEvent<SimulationWorkerReply>) => {
@@ -158,9 +153,14 @@ class SimulationWorker {
 
   run(id: number, config: SimulationConfig): void {
     this.task = id;
-    this.taskSince = performance.now();
-    this.progressDecisions = -1;
+    this.watch.assign(id);
     this.#port.postMessage({ type: "run", id, config } satisfies SimulationWorkerCommand);
+  }
+
+  /** The answer to its run came. */
+  answered(): void {
+    this.task = -1;
+    this.watch.assign(-1);
   }
 
   terminate(): void {
@@ -194,99 +194,31 @@ function pollIntervalMs(timeoutMs: number): number {
   return Math.min(250, Math.max(10, timeoutMs / 5));
 }
 
-/** A `resource_exhausted` error when the process is over a plugin run's memory budget. */
-export function memoryVerdict(plugin: SandboxPlugin): SimulationError | undefined {
-  const rss = Deno.memoryUsage().rss;
-  if (rss <= PLUGIN_MEMORY_BUDGET_BYTES) return undefined;
-  return new SimulationError(
-    "resource_exhausted",
-    `the run with plugin ${plugin.name ?? plugin.path} used ${(rss / 2 ** 20).toFixed(0)} MB, over the ${
-      PLUGIN_MEMORY_BUDGET_BYTES / 2 ** 20
-    } MB budget of a plugin run`,
-    { actor: pluginActor(plugin) },
-  );
-}
-
-/** How a plugin is named in errors: `router (plugin NAME)`, or `router (plugin NAME for the prefill pool)`. */
-function pluginActor(plugin: SandboxPlugin): string {
-  return `router (plugin ${plugin.name ?? plugin.path}${plugin.pool ? ` for the ${plugin.pool} pool` : ""})`;
-}
-
-/**
- * What the watchdog finds wrong with a plugin Worker at wall time `now`, or
- * undefined: loading or one decision past the timeout, or a run it never
- * started (its Worker ended without a word).
- */
-function watchdogVerdict(w: SimulationWorker, now: number, timeoutMs: number): SimulationError | undefined {
-  const plugin = w.plugin!;
-  const actor = pluginActor(plugin);
-  if (!w.loaded) {
-    // The budget starts when the Worker begins importing the plugin: starting
-    // a Worker and loading our own modules is not the plugin's time.
-    if (w.watch.read().phase !== WorkerPhase.Loading) return undefined;
-    w.loadingSince ??= now;
-    if (now - w.loadingSince <= timeoutMs) return undefined;
-    return new SimulationError(
-      "plugin_timeout",
-      `plugin ${plugin.path} did not finish loading within ${timeoutMs} ms`,
-      { actor },
-    );
-  }
-  if (w.task < 0) return undefined;
-  const seen = w.watch.read();
-  if (seen.task !== w.task) {
-    if (now - w.taskSince <= timeoutMs) return undefined;
-    return new SimulationError(
-      "plugin_timeout",
-      `plugin ${plugin.name} did not start run ${w.task} within ${timeoutMs} ms: its Worker stopped (did it call Deno.exit or close?)`,
-      { actor },
-    );
-  }
-  // Progress: a plugin run routes requests all along. One in which no routing
-  // decision starts for the timeout is stuck outside `choose` (in code the
-  // plugin patched, say), whatever else the Worker reports.
-  if (seen.decisions !== w.progressDecisions) {
-    w.progressDecisions = seen.decisions;
-    w.progressSince = now;
-  } else if (seen.phase !== WorkerPhase.Deciding && now - w.progressSince > timeoutMs) {
-    return new SimulationError(
-      "plugin_timeout",
-      `plugin ${plugin.name}'s run made no progress for ${timeoutMs} ms (no routing decision started; last was request ${seen.requestId})`,
-      { actor, timeMs: seen.timeMs },
-    );
-  }
-  if (seen.phase !== WorkerPhase.Deciding) return undefined;
-  if (seen.decisions !== w.decisions) {
-    w.decisions = seen.decisions;
-    w.decisionSince = now;
-    return undefined;
-  }
-  if (now - w.decisionSince <= timeoutMs) return undefined;
-  return new SimulationError(
-    "plugin_timeout",
-    `plugin ${plugin.name} did not answer routing request ${seen.requestId} within ${timeoutMs} ms`,
-    { actor, messageType: "route", timeMs: seen.timeMs },
-  );
-}
-
 /**
  * Loads `plugin` in a sandboxed Worker, bounded by `timeoutMs`, and returns
  * its `name`; the Worker is then terminated.
  * @throws {UsageError} when it fails to load; {@linkcode SimulationError}
  *   (`plugin_timeout`) past the timeout.
  */
-export function loadInSandbox(plugin: SandboxPlugin, timeoutMs: number): Promise<string> {
+export function loadInSandbox(
+  plugin: SandboxPlugin,
+  timeoutMs: number,
+  options: { readonly memoryBudgetBytes?: number } = {},
+): Promise<string> {
   const w = new SimulationWorker(plugin, [], loadError);
-  let timer: ReturnType<typeof setInterval> | undefined;
+  let watchdog: PluginWatchdog | undefined;
   return new Promise<string>((resolve, reject) => {
-    timer = setInterval(() => {
-      const verdict = watchdogVerdict(w, performance.now(), timeoutMs) ?? memoryVerdict(plugin);
-      if (verdict) reject(verdict);
-    }, pollIntervalMs(timeoutMs));
+    watchdog = new PluginWatchdog({
+      plugin: watchedPlugin(plugin),
+      onVerdict: reject,
+      pollMs: pollIntervalMs(timeoutMs),
+      budgetBytes: options.memoryBudgetBytes,
+    });
+    watchdog.watch(w.watch.buffer, watchedPlugin(plugin), timeoutMs);
     w.onCrash = (message) => reject(loadError(plugin, message));
     w.ready.then((name) => resolve(name!), reject);
   }).finally(() => {
-    clearInterval(timer);
+    watchdog?.stop();
     w.terminate();
   });
 }
@@ -395,7 +327,7 @@ class PoolRun {
   #next = 0;
   #done = 0;
   #finished = false;
-  #watchdog: ReturnType<typeof setInterval> | undefined;
+  #watchdog: PluginWatchdog | undefined;
   readonly #onAbort = () => this.finish(new DOMException("sweep interrupted", "AbortError"));
 
   constructor(
@@ -415,27 +347,28 @@ class PoolRun {
     signal?.addEventListener("abort", this.#onAbort);
     if (signal?.aborted) return this.#onAbort();
     if (this.tasks.length === 0) return this.finish();
-    for (const slot of this.#slots) this.#feed(slot);
     const plugin = this.options.plugin;
     if (plugin !== undefined) {
-      const timeoutMs = this.options.pluginTimeoutMs ?? DEFAULT_PLUGIN_TIMEOUT_MS;
-      this.#watchdog = setInterval(() => {
-        const now = performance.now();
-        for (const w of this.#all) {
-          const verdict = w.plugin && watchdogVerdict(w, now, timeoutMs);
-          if (verdict) return this.finish(verdict);
-        }
-        const verdict = memoryVerdict(plugin);
-        if (verdict) this.finish(verdict);
-      }, pollIntervalMs(timeoutMs));
+      this.#watchdog = new PluginWatchdog({
+        plugin: watchedPlugin(plugin),
+        onVerdict: (error) => this.finish(error),
+        pollMs: pollIntervalMs(this.#timeoutMs),
+        budgetBytes: this.options.memoryBudgetBytes,
+        ...this.options.watchdog,
+      });
     }
+    for (const slot of this.#slots) this.#feed(slot);
+  }
+
+  get #timeoutMs(): number {
+    return this.options.pluginTimeoutMs ?? DEFAULT_PLUGIN_TIMEOUT_MS;
   }
 
   /** Ends the call once: every Worker terminated, then the results or the error. */
   finish(error?: Error): void {
     if (this.#finished) return;
     this.#finished = true;
-    clearInterval(this.#watchdog);
+    this.#watchdog?.stop();
     for (const w of this.#all) w.terminate();
     this.options.signal?.removeEventListener("abort", this.#onAbort);
     if (error) this.reject(error);
@@ -451,6 +384,7 @@ class PoolRun {
       throw new TypeError("a task names a plugin but the pool has none");
     }
     const w = new SimulationWorker(plugin ? this.options.plugin : undefined, this.options.readPaths ?? []);
+    if (w.plugin) this.#watchdog?.watch(w.watch.buffer, watchedPlugin(w.plugin), this.#timeoutMs);
     w.ready.catch((error) => this.finish(error));
     w.onCrash = (message) => {
       const actor = w.plugin ? pluginActor(w.plugin) : "simulation Worker";
@@ -480,7 +414,7 @@ class PoolRun {
         }),
       );
     }
-    w.task = -1;
+    w.answered();
     if (reply.type === "error") {
       return this.finish(replyError(reply, this.tasks[reply.id], w.plugin, this.tasks.length > 1));
     }

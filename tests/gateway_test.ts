@@ -319,7 +319,11 @@ Deno.test("/metrics has the gateway's own counters and every upstream's vLLM gau
 Deno.test("bad input gets a 400 OpenAI error naming what is wrong, and the gateway keeps serving", async (t) => {
   await withGateway({ upstreams: [{}] }, async (gateway, [fake]) => {
     await t.step("malformed JSON", async () => {
-      const response = await fetch(`${gateway.url}/v1/completions`, { method: "POST", body: "{not json" });
+      const response = await fetch(`${gateway.url}/v1/completions`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: "{not json",
+      });
       assertEquals(response.status, 400);
       const error = ErrorBody.parse(await response.json()).error;
       assertMatch(error.message, /^Invalid JSON body/);
@@ -409,5 +413,50 @@ Deno.test("a plugin that never returns: the gateway reports one fatal line withi
     assertEquals(response.status, 503);
     ErrorBody.parse(await response.json());
     assertEquals((await fetch(`${gateway.url}/health`)).status, 503);
+  });
+});
+
+const DEAFENING_PLUGIN = new URL("./fixtures/plugin_deafens_worker.ts", import.meta.url).href;
+
+Deno.test("a plugin that silently deafens the router's Worker: requests and /health answer 503 within the route timeout, one fatal line", async () => {
+  const fatal = Promise.withResolvers<string>();
+  await withGateway({
+    upstreams: [{}],
+    gateway: {
+      plugin: { url: DEAFENING_PLUGIN, name: "deafens_worker", timeoutMs: 300 },
+      onFatal: (line) => fatal.resolve(line),
+    },
+  }, async (gateway) => {
+    await new Promise((r) => setTimeout(r, 50)); // its timer has run: the Worker is deaf
+    const response = await deadline(
+      post(gateway, { model: FAKE_MODEL, prompt: "anyone?" }),
+      5000,
+      "the request",
+    );
+    assertEquals(response.status, 503);
+    ErrorBody.parse(await response.json());
+    const line = await deadline(fatal.promise, 1000, "onFatal");
+    assert(!line.includes("\n"), line);
+    assertMatch(line, /plugin_deafens_worker\.ts/);
+    assertEquals((await fetch(`${gateway.url}/health`)).status, 503);
+  });
+});
+
+Deno.test("the gateway's own loop stalled past the old status TTL: a live upstream stays routable", async () => {
+  await withGateway({ upstreams: [{}, {}], gateway: { scrapeMs: 50 } }, async (gateway) => {
+    const first = await post(gateway, { model: FAKE_MODEL, prompt: "before" });
+    assertEquals(first.status, 200);
+    await first.arrayBuffer();
+    // The thread busy for 2.5 s: the router's clock leaps past what a 2 s TTL allowed.
+    const until = performance.now() + 2500;
+    while (performance.now() < until) { /* a loaded machine */ }
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => post(gateway, { model: FAKE_MODEL, prompt: `after ${i}` })),
+    );
+    for (const response of answers) {
+      const text = await response.text();
+      assertEquals(response.status, 200, text);
+    }
+    assertEquals(gateway.snapshot().upstreams.map((u) => u.healthy), [true, true]);
   });
 });

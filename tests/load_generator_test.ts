@@ -2,8 +2,9 @@
  * @module
  * The load generator against a fake OpenAI server on 127.0.0.1 that streams
  * with known delays: client-side TTFT and end-to-end times, usage and cached
- * tokens, the open loop, failures with conservation, the instance headers,
- * interrupts, and `deno task load`'s flags and exit codes.
+ * tokens, the open loop, failures with conservation, a client whose own
+ * event loop stalls (against a fake on its own thread), the instance
+ * headers, interrupts, and `deno task load`'s flags and exit codes.
  */
 import { assert, assertEquals, assertGreater, assertLess, assertMatch } from "@std/assert";
 import type { Request } from "../actors/protocol.ts";
@@ -152,6 +153,84 @@ async function withFake(
     await test(`http://127.0.0.1:${server.addr.port}`, received);
   } finally {
     await server.shutdown();
+  }
+}
+
+/**
+ * The body of a Worker running a fake OpenAI server on 127.0.0.1: the i-th
+ * request received gets no answer at all (until its client goes away) when
+ * `silent` has i, else its whole stream (`max_tokens` text chunks, usage,
+ * `[DONE]`) at once; it posts `received` (with i) to the test as each
+ * request's body arrives.
+ */
+const WORKER_FAKE = `
+let server;
+const event = (data) => "data: " + JSON.stringify(data) + "\\n\\n";
+self.onmessage = async ({ data }) => {
+  if (data.type === "stop") {
+    await server?.shutdown();
+    return self.postMessage({ type: "stopped" });
+  }
+  const silent = new Set(data.silent);
+  let received = 0;
+  server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (request) => {
+    const body = await request.json(), index = received++;
+    self.postMessage({ type: "received", index });
+    const headers = { "content-type": "text/event-stream", "x-sim-instance": "0" };
+    if (silent.has(index)) {
+      await new Promise((resolve) => request.signal.addEventListener("abort", resolve));
+      return new Response(null, { status: 499 });
+    }
+    const tokens = Number(body.max_tokens), events = [];
+    for (let i = 0; i < tokens; i++) {
+      events.push(event({ choices: [{ index: 0, text: " t" + i, finish_reason: i === tokens - 1 ? "length" : null }] }));
+    }
+    const usage = { prompt_tokens: 16, completion_tokens: tokens, total_tokens: 16 + tokens };
+    events.push(event({ choices: [], usage: { ...usage, prompt_tokens_details: { cached_tokens: 0 } } }));
+    return new Response(events.join("") + "data: [DONE]\\n\\n", { headers });
+  });
+  self.postMessage({ type: "listening", port: server.addr.port });
+};
+`;
+
+/**
+ * Runs `test` against {@linkcode WORKER_FAKE}: a server on its own thread, so
+ * it answers while the test blocks the client's event loop. `onReceived(i)`
+ * runs on the client's thread when the server has read the i-th request.
+ */
+async function withWorkerFake(
+  silent: readonly number[],
+  onReceived: (index: number) => void,
+  test: (url: string) => Promise<void>,
+): Promise<void> {
+  const source = URL.createObjectURL(new Blob([WORKER_FAKE], { type: "text/javascript" }));
+  const worker = new Worker(source, { type: "module" });
+  try {
+    const port = await new Promise<number>((resolve, reject) => {
+      worker.onerror = (event) => reject(new Error(`fake server worker: ${event.message}`));
+      worker.onmessage = ({ data }) => {
+        if (data.type === "listening") resolve(data.port);
+        if (data.type === "received") onReceived(data.index);
+      };
+      worker.postMessage({ type: "start", silent });
+    });
+    await test(`http://127.0.0.1:${port}`);
+  } finally {
+    const stopped = new Promise<void>((resolve) => {
+      worker.onmessage = ({ data }) => data.type === "stopped" && resolve();
+    });
+    worker.postMessage({ type: "stop" });
+    await stopped;
+    worker.terminate();
+    URL.revokeObjectURL(source);
+  }
+}
+
+/** Blocks this thread for `ms` of wall time: a client too busy to run its timers or read its sockets. */
+function blockLoop(ms: number): void {
+  const endMs = performance.now() + ms;
+  while (performance.now() < endMs) {
+    // busy: no timer fires, no response is read
   }
 }
 
@@ -340,10 +419,76 @@ Deno.test("errors, broken streams and timeouts fail, refusals drop, and every re
       [8, 3, 1, 4, 0],
     );
     assertEquals(result.load.failedBy, { "http 500": 1, dropped: 1, timeout: 1, "bad stream": 1 });
+    assertEquals(result.load.clientStalled, 0); // the client was responsive: the hang is the server's
     assertEquals(result.failedByReason.unreachable, 4);
     assertEquals(result.droppedByReason.queue_full, 1);
     assertEquals(result.load.failureExamples["http 500"], "boom");
     assertMatch(formatLoadReport(result), /failed 4 \(http 500 1, dropped 1, timeout 1, bad stream 1\)/);
+  });
+});
+
+Deno.test("a client stalled past the timeout while the server answered: completed, not timed out, and the client named the bottleneck", async () => {
+  // The server answers request 1 at once; the client's loop is blocked for 4 timeouts as it does, so its
+  // timer is long overdue when the answer is read, and requests 2-5 go out about a second late.
+  const timeoutMs = 300, blockMs = 4 * timeoutMs;
+  await withWorkerFake([], (index) => index === 1 && blockLoop(blockMs), async (url) => {
+    const result = await load(url, workload(6, 20, STEADY), { requestTimeoutMs: timeoutMs });
+    const l = result.load;
+    assertEquals([result.completed, result.failed, result.inFlight, l.clientStalled], [6, 0, 0, 0]);
+    assertEquals(l.failedBy, {});
+    assertGreater(l.completedThroughStall, 0); // request 1 at least waited through the block
+    assertGreater(l.lateSends, 3); // requests 2-5 were due during the block
+    assertGreater(l.loopLagMaxMs!, blockMs - 2 * 50); // the probe saw the block (it can only be later)
+    assertGreater(l.loopStalledMs, blockMs - 2 * 50);
+    assert(l.clientBottleneck);
+    const report = formatLoadReport(result);
+    assertMatch(
+      report,
+      /warning: the client was the bottleneck: it sent \d+ of 6 requests more than 50 ms late/,
+    );
+    assertMatch(report, /completed requests waited through a stall of its loop/);
+    assertMatch(report, /failed 0 · client stalled 0/);
+  });
+});
+
+Deno.test("a stream that keeps coming never times out, however long it takes: the timeout counts silence", async () => {
+  // 4 tokens 150 ms apart: 550 ms in all, never 300 ms without an event.
+  await withFake(() => ({ kind: "stream", firstMs: 100, gapMs: 150 }), async (url) => {
+    const result = await load(url, workload(2, 20), { requestTimeoutMs: 300 });
+    assertEquals([result.completed, result.failed], [2, 0]);
+    assertGreater(result.e2eMeanMs!, 300); // longer than the timeout, from the scheduled send
+  });
+});
+
+Deno.test("a silent server times out once it had the timeout of the client's attention; silent 3 timeouts without it, the request is given up as client stalled, not failed", async (t) => {
+  const timeoutMs = 500;
+  await t.step("stalled 1.2 timeouts: the client waits out its stall, then a timeout", async () => {
+    await withWorkerFake([0], () => blockLoop(1.2 * timeoutMs), async (url) => {
+      const result = await load(url, workload(1, 10), { requestTimeoutMs: timeoutMs });
+      assertEquals([result.failed, result.inFlight, result.load.clientStalled], [1, 0, 0]);
+      assertEquals(result.load.failedBy, { timeout: 1 });
+      assertMatch(
+        result.load.failureExamples.timeout,
+        /^no response for 500 ms wall while the client was responsive$/,
+      );
+      assertEquals(result.failedByReason.unreachable, 1);
+    });
+  });
+  await t.step("stalled 4 timeouts: client stalled, counted in flight, no failure", async () => {
+    await withWorkerFake([0], () => blockLoop(4 * timeoutMs), async (url) => {
+      const result = await load(url, workload(1, 10), { requestTimeoutMs: timeoutMs });
+      assertEquals([result.completed, result.failed, result.inFlight], [0, 0, 1]);
+      assertEquals([result.load.clientStalled, result.load.inFlight], [1, 0]);
+      assertEquals(result.load.failedBy, {});
+      assertEquals(result.failedByReason.unreachable ?? 0, 0);
+      assert(result.load.clientBottleneck);
+      const report = formatLoadReport(result);
+      assertMatch(report, /failed 0 · client stalled 1 · aborted in flight 0/);
+      assertMatch(
+        report,
+        /1 requests were given up while it stalled \(outcome unknown: counted in flight, not as server failures\)/,
+      );
+    });
   });
 });
 

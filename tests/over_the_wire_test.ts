@@ -131,6 +131,7 @@ Deno.test("an instance's full queue reaches the client as its 503 queue_full: a 
       Array.from({ length: 12 }, (_, i) =>
         fetch(`${front.url}/v1/completions`, {
           method: "POST",
+          headers: { "content-type": "application/json" },
           body: JSON.stringify({ model: "sim", prompt: `burst ${i}`, max_tokens: 4, ignore_eos: true }),
         }).then(async (r) => ({ status: r.status, body: await r.json() }))),
     );

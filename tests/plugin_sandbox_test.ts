@@ -126,10 +126,13 @@ Deno.test("the import check refuses a non-file, a CommonJS module and an oversiz
   await Deno.remove(dir, { recursive: true });
 });
 
-Deno.test("results a plugin posts on its Worker's own channel are ignored", async () => {
-  const config = parseScenario({ workload: { requests: 500 } });
-  const plugin = await loadRouterPlugin("tests/fixtures/hostile/forged_results.ts", { baseDir: ROOT });
-  const report = await runPluginScenario(config, plugin, 5000);
-  assertEquals([report.policy, report.requests, report.completed], ["forged_results", 500, 500]);
-  assert(report.messages > 500, `messages: ${report.messages}`);
+Deno.test("a plugin that posts results on its Worker's own channel fails to load: the host hears only our protocol", async () => {
+  const error = await assertRejects(
+    () => loadRouterPlugin("tests/fixtures/hostile/forged_results.ts", { baseDir: ROOT }),
+    UsageError,
+  );
+  assertEquals(
+    error.message,
+    `--router: "tests/fixtures/hostile/forged_results.ts" failed to load: a router plugin may not post messages`,
+  );
 });

@@ -42,16 +42,20 @@ interface Served {
 }
 
 /** Spawns the serve task with `args`, without waiting for it to be ready. */
-function spawnServe(args: readonly string[]): {
+function spawnServe(args: readonly string[], env: Record<string, string> = {}): {
   child: Deno.ChildProcess;
   stdout: () => string;
   ready: Promise<void>;
   output: Promise<{ stdout: string; stderr: string }>;
 } {
+  // A variable the test sets is granted beside the task's own INIT_CWD.
+  const taskArgs = TASK_ARGS.map((a) =>
+    a === "--allow-env=INIT_CWD" ? ["--allow-env=INIT_CWD", ...Object.keys(env)].join(",") : a
+  );
   const child = new Deno.Command("deno", {
-    args: [...TASK_ARGS, ...args],
+    args: [...taskArgs, ...args],
     cwd: ROOT,
-    env: { INIT_CWD: ROOT },
+    env: { INIT_CWD: ROOT, ...env },
     stdin: "null",
     stdout: "piped",
     stderr: "piped",
@@ -74,7 +78,12 @@ function spawnServe(args: readonly string[]): {
 
 /** Starts the serve task and waits (bounded) for its "serving at speed" line. */
 async function startServe(...args: string[]): Promise<Served> {
-  const spawned = spawnServe(args);
+  return await startServeWith({}, ...args);
+}
+
+/** {@linkcode startServe} with `env` set (and granted). */
+async function startServeWith(env: Record<string, string>, ...args: string[]): Promise<Served> {
+  const spawned = spawnServe(args, env);
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     await Promise.race([
@@ -394,6 +403,82 @@ Deno.test("a plugin that overruns --plugin-timeout-ms: the gateway exits 1 with 
     assertMatch(line, /^gateway: the router failed: /);
     assertMatch(line, /plugin_timeout: plugin plugin_never_returns\.ts did not answer .* within 300 ms/);
     assert(response === "no answer" || response === 503, `the client got ${response}`);
+  } finally {
+    await stop(served);
+  }
+});
+
+const FILL_MEMORY = new URL("./fixtures/hostile/fill_memory.ts", import.meta.url).pathname;
+const FLOOD = new URL("./fixtures/hostile/flood_in_choose.ts", import.meta.url).pathname;
+
+Deno.test("a plugin past the memory budget ends serve in one line, exit 1, as it ends run", async () => {
+  const served = await startServeWith(
+    { PLUGIN_MEMORY_BUDGET_MB: "300" },
+    "--instances",
+    "1",
+    "--router",
+    FILL_MEMORY,
+  );
+  try {
+    post(`${served.gateway}/v1/completions`, { model: "sim", prompt: "grow" }, 15_000).then(
+      (r) => r.body?.cancel(),
+      () => {},
+    );
+    const { code } = await exitWithin(served.child, 15_000);
+    assertEquals(code, 1);
+    const line = messageLine((await served.output).stderr);
+    assertMatch(
+      line,
+      /^serve: resource_exhausted: the process running plugin fill_memory used \d+ MB, over the 300 MB budget of a plugin run/,
+    );
+  } finally {
+    await stop(served);
+  }
+});
+
+Deno.test("a plugin that floods its Worker's postMessage cannot starve serve: one line, the process ends", async () => {
+  const served = await startServe("--instances", "1", "--router", FLOOD, "--plugin-timeout-ms", "500");
+  try {
+    const status = await post(`${served.gateway}/v1/completions`, { model: "sim", prompt: "flood" }, 10_000)
+      .then(
+        async (r) => (await r.body?.cancel(), r.status),
+        () => "no answer",
+      );
+    const { code } = await exitWithin(served.child, 10_000);
+    assertEquals(code, 1);
+    const line = messageLine((await served.output).stderr);
+    assertMatch(
+      line,
+      /^gateway: the router failed: actor_threw: a router plugin may not post messages \(actor router \(plugin flood_in_choose\.ts\)/,
+    );
+    assert(status === 503 || status === "no answer", `the client got ${status}`);
+  } finally {
+    await stop(served);
+  }
+});
+
+const PATCH_LATER = new URL("./fixtures/hostile/patch_later.ts", import.meta.url).pathname;
+
+Deno.test("a plugin that replaces Array.prototype.push after loading fails the gateway: 503s, one line, exit 1", async () => {
+  const served = await startServe("--instances", "1", "--router", PATCH_LATER);
+  try {
+    const statuses: (number | string)[] = [];
+    for (let i = 0; i < 3; i++) {
+      statuses.push(
+        await post(`${served.gateway}/v1/completions`, { model: "sim", prompt: `p${i}` }, 10_000).then(
+          async (r) => (await r.body?.cancel(), r.status),
+          () => "no answer",
+        ),
+      );
+    }
+    // The first may be answered before the timer patches; none after it is.
+    assert(statuses.slice(1).every((s) => s === 503 || s === "no answer"), `statuses ${statuses}`);
+    const { code } = await exitWithin(served.child, 10_000);
+    assertEquals(code, 1);
+    assertMatch(
+      messageLine((await served.output).stderr),
+      /^gateway: the router failed: actor_threw: a router plugin may not modify built-in objects: Array\.prototype\.push was replaced/,
+    );
   } finally {
     await stop(served);
   }

@@ -1,6 +1,8 @@
 /** Sweeps across shards and across crashes give the single run's bytes. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { SIMULATOR_VERSION } from "../actors/version.ts";
+import { OutputLock } from "../scenarios/output_lock.ts";
+import { messageLine, runScript, taskFrom } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const decode = (b: Uint8Array) => new TextDecoder().decode(b);
@@ -122,4 +124,128 @@ Deno.test("merge refuses overlapping, missing, incomplete and incompatible shard
   );
   await t.step("different version", () => refuse([a, b], "written by simulator version 0.0.1"));
   for (const dir of [a, b, out]) await Deno.remove(dir, { recursive: true });
+});
+
+/** Two runs of 200 requests, one point per shard of two: shards made in a fraction of a second. */
+const TINY_SPEC = {
+  base: { workload: { requests: 200 } },
+  axes: { "workload.ratePerSec": [30, 40] },
+  policies: [{ name: "round_robin" }],
+  seeds: [1],
+};
+
+/** A temporary directory holding the tiny spec and, made by `deno run scenarios/sweep.ts`, its shards 1/2 and 2/2 in `shards/`. */
+async function tinyShards(): Promise<{ dir: string; shards: string }> {
+  const dir = await Deno.makeTempDir({ prefix: "rrs_merge_" });
+  await Deno.writeTextFile(`${dir}/spec.json`, JSON.stringify(TINY_SPEC));
+  for (const shard of ["1/2", "2/2"]) {
+    const r = await runScript(
+      "sweep",
+      dir,
+      "--spec",
+      `${dir}/spec.json`,
+      "--out",
+      `${dir}/shards`,
+      "--shard",
+      shard,
+    );
+    assertEquals(r.code, 0, r.stderr);
+  }
+  return { dir, shards: `${dir}/shards` };
+}
+
+Deno.test("merge against a directory a running sweep holds names that sweep, not a lack of shard files", async (t) => {
+  const { dir } = await tinyShards();
+  const out = `${dir}/out`;
+  await Deno.mkdir(out);
+  await Deno.writeTextFile(`${out}/sweep_journal.jsonl`, "the running sweep's journal\n");
+  const lock = await OutputLock.acquire(`${out}/.sweep.lock`, `--out ${out}`, `sweep --out ${out}`);
+  const holder = `"sweep --out ${out}" (pid ${Deno.pid}, started `;
+  await t.step(
+    "--out held: the directory, its holder and what to do, before any shard is looked for",
+    async () => {
+      const { code, stderr } = await runScript("merge", dir, "--out", out, out);
+      assertEquals(code, 2, stderr);
+      const line = messageLine(stderr);
+      assertStringIncludes(line, `error: --out ${out} is in use by ${holder}`);
+      assertStringIncludes(
+        line,
+        `; lock ${out}/.sweep.lock): another sweep or merge holds its lock; ` +
+          "wait for it to finish or stop it, then run this command again",
+      );
+    },
+  );
+  await t.step("a directory to merge held, with no shard files: the sweep running there", async () => {
+    const { code, stderr } = await runScript("merge", dir, out);
+    assertEquals(code, 2, stderr);
+    const line = messageLine(stderr);
+    assertStringIncludes(
+      line,
+      `error: no shard files (shard-*-of-*.jsonl) in ${out}: it is in use by ${holder}`,
+    );
+    assertStringIncludes(
+      line,
+      "wait for it to finish (merge combines the shard files of sweeps run with --shard i/n)",
+    );
+  });
+  assertEquals(await Deno.readTextFile(`${out}/sweep_journal.jsonl`), "the running sweep's journal\n");
+  lock.release();
+  await t.step("once the sweep is gone, only the lack of shard files is left to say", async () => {
+    const { code, stderr } = await runScript("merge", dir, "--out", out, out);
+    assertEquals(code, 2, stderr);
+    assertEquals(messageLine(stderr), `error: no shard files (shard-*-of-*.jsonl) in ${out}`);
+  });
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("an incomplete shard whose sweep still runs is named running, not sent to --resume", async () => {
+  const { dir, shards } = await tinyShards();
+  const out = `${dir}/out`;
+  const header = (await Deno.readTextFile(`${shards}/shard-2-of-2.jsonl`)).split("\n")[0];
+  await Deno.writeTextFile(`${shards}/shard-2-of-2.jsonl`, header + "\n"); // started, no point recorded yet
+  const merge = () => runScript("merge", dir, "--out", out, shards);
+  const lock = await OutputLock.acquire(`${shards}/.shard-2-of-2.lock`, "--out shards", "sweep --shard 2/2");
+  const running = await merge();
+  lock.release();
+  assertEquals(running.code, 2, running.stderr);
+  assertStringIncludes(
+    messageLine(running.stderr),
+    `error: ${shards}/shard-2-of-2.jsonl: incomplete (0 of 1 points); shard 2/2 is still running, ` +
+      `by "sweep --shard 2/2" (pid ${Deno.pid}, started `,
+  );
+  assertStringIncludes(running.stderr, "wait for it to finish, then merge");
+  const stopped = await merge();
+  assertEquals(stopped.code, 2, stopped.stderr);
+  assertEquals(
+    messageLine(stopped.stderr),
+    `error: ${shards}/shard-2-of-2.jsonl: incomplete (0 of 1 points); finish it with --resume`,
+  );
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("deno task merge names shard files under the directories as typed, relative to where it ran", async () => {
+  const { dir, shards } = await tinyShards();
+  await Deno.mkdir(`${dir}/copy`);
+  await Deno.copyFile(`${shards}/shard-2-of-2.jsonl`, `${dir}/copy/shard-2-of-2.jsonl`);
+  await Deno.writeTextFile(`${dir}/copy/shard-1-of-1.jsonl`, "not a journal\n{}\n");
+  // `deno task` prints its command line first: the message is the one line that starts with "error: ".
+  const refusal = async (...dirs: string[]) => {
+    const { code, stderr } = await taskFrom(dir, "merge", ...dirs);
+    const text = decode(stderr);
+    assertEquals(code, 2, text);
+    assert(!text.includes(dir), `an absolute path in:\n${text}`);
+    const lines = text.split("\n").filter((line) => line.startsWith("error: "));
+    assertEquals(lines.length, 1, text);
+    return lines[0];
+  };
+  assertEquals(
+    await refusal("shards", "./copy"),
+    'error: "copy/shard-1-of-1.jsonl" is not a sweep journal (its first line is not JSON)',
+  );
+  await Deno.remove(`${dir}/copy/shard-1-of-1.jsonl`);
+  assertEquals(
+    await refusal("shards", "copy"),
+    "error: overlapping shards: shard 2/2 is both shards/shard-2-of-2.jsonl and copy/shard-2-of-2.jsonl",
+  );
+  await Deno.remove(dir, { recursive: true });
 });

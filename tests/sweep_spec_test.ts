@@ -1,8 +1,8 @@
-import { assertEquals, assertThrows } from "@std/assert";
+import { assert, assertEquals, assertThrows } from "@std/assert";
 import { variantParameter } from "../scenarios/policy_variants.ts";
 import { REPORT_NAMES } from "../scenarios/report/sections.ts";
 import { policyCell } from "../scenarios/report/sweep_summary.ts";
-import { parseSweep } from "../scenarios/sweep_spec.ts";
+import { countRuns, MAX_RUNS, parseSweep } from "../scenarios/sweep_spec.ts";
 import { UsageError } from "../scenarios/usage_error.ts";
 
 const valid = {
@@ -322,5 +322,68 @@ Deno.test("the committed disaggregation studies are valid sweeps with the disagg
     assertEquals(sweep.axes[0], "fleet");
     // Every fleet has 8 instances: the comparison is at equal GPU count.
     for (const run of sweep.runs) assertEquals(run.config.instances.count, 8);
+  }
+});
+
+Deno.test("a sweep's run count is points × policy variants × seeds, counted from its lists as it expands", async (t) => {
+  const plugin = { name: "mine", url: "file:///tmp/plugin.ts" };
+  const cases: [string, unknown, typeof plugin | undefined, [bigint, bigint, bigint]][] = [
+    ["two axes, a parameter list", valid, undefined, [6n, 3n, 2n]],
+    [
+      "two parameter lists multiply",
+      {
+        ...valid,
+        policies: [{ name: "round_robin" }, { name: "hybrid", threshold: [0, 1, 2], hostCredit: [0.5, 1] }],
+      },
+      undefined,
+      [6n, 7n, 2n],
+    ],
+    ["a plugin adds a variant", valid, plugin, [6n, 4n, 2n]],
+  ];
+  for (const [name, spec, withPlugin, [points, variants, seeds]] of cases) {
+    await t.step(name, () => {
+      const count = countRuns(spec, withPlugin !== undefined);
+      assertEquals([count.points, count.variants, count.seeds], [points, variants, seeds]);
+      assertEquals(count.runs, points * variants * seeds);
+      assertEquals(BigInt(parseSweep(spec, withPlugin).runs.length), count.runs);
+    });
+  }
+});
+
+Deno.test("a sweep past maxRuns is refused in one line naming its size and the limit; at the limit it expands", () => {
+  assertThrows(
+    () => parseSweep(valid, undefined, { maxRuns: 35 }),
+    UsageError,
+    "sweep: 36 runs (6 points × 3 policy variants × 2 seeds), expected at most 35; " +
+      "shorten the axes, policies or seeds, or raise the limit with --max-runs N",
+  );
+  assertEquals(parseSweep(valid, undefined, { maxRuns: 36 }).runs.length, 36);
+});
+
+Deno.test("a grid past 2^53 runs is counted exactly and refused before any axis is expanded or checked", () => {
+  // Nine axes of 99 values: 99^9 runs, which a double rounds (to …640,960); the axes are not even
+  // scenario fields, so only a check made before the axes are read can give this message.
+  const axes = Object.fromEntries([...Array(9).keys()].map((i) => [`a${i}`, [...Array(99).keys()]]));
+  const spec = { axes, policies: [{ name: "round_robin" }], seeds: [1] };
+  assertEquals(countRuns(spec).runs, 99n ** 9n);
+  assertThrows(
+    () => parseSweep(spec),
+    UsageError,
+    "sweep: 913,517,247,483,640,899 runs (913,517,247,483,640,899 points × 1 policy variant × 1 seed), " +
+      "expected at most 100,000;",
+  );
+});
+
+Deno.test("every committed sweep is a tenth of MAX_RUNS or less, and its count is its expansion", async (t) => {
+  const dir = new URL("../scenarios/sweeps/", import.meta.url);
+  const files = [...Deno.readDirSync(dir)].map((e) => e.name).filter((n) => n.endsWith(".json")).sort();
+  assert(files.includes("default.json") && files.length >= 10, `sweep files: ${files}`);
+  for (const file of files) {
+    await t.step(file, async () => {
+      const spec = JSON.parse(await Deno.readTextFile(new URL(file, dir)));
+      const runs = countRuns(spec).runs;
+      assert(runs * 10n <= BigInt(MAX_RUNS), `${file}: ${runs} runs, limit ${MAX_RUNS}`);
+      assertEquals(BigInt(parseSweep(spec).runs.length), runs);
+    });
   }
 });

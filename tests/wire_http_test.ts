@@ -7,7 +7,7 @@ import {
   readSseData,
   SseWriter,
 } from "../scenarios/wire/http.ts";
-import { OpenAIError } from "../scenarios/wire/openai.ts";
+import { MAX_JSON_DEPTH, OpenAIError } from "../scenarios/wire/openai.ts";
 
 const MiB = 1_048_576;
 const CHUNK = 64 * 1024;
@@ -80,6 +80,83 @@ Deno.test("readJsonBody answers 400 for malformed JSON, non-UTF-8 and non-object
       assertEquals(error.status, 400);
     });
   }
+});
+
+/** `{"model":"sim","prompt":"hi","<field>":` + `open` × depth + `inner` + `close` × depth + `}`. */
+function nestedBody(field: string, depth: number, open = "[", close = "]", inner = ""): string {
+  return `{"model":"sim","prompt":"hi","${field}":${open.repeat(depth)}${inner}${close.repeat(depth)}}`;
+}
+
+Deno.test("readJsonBody refuses a body nested deeper than MAX_JSON_DEPTH with a 400 naming the field", async (t) => {
+  const rows: [string, string, string][] = [
+    ["10,000 arrays in user", nestedBody("user", 10_000), "user"],
+    ["10,000 arrays in stop", nestedBody("stop", 10_000), "stop"],
+    [
+      "100,000 objects in response_format",
+      nestedBody("response_format", 100_000, '{"a":', "}", "1"),
+      "response_format.a.a.a",
+    ],
+    [
+      "10,000 arrays in a chat message's content",
+      `{"model":"sim","messages":[{"role":"user","content":${"[".repeat(10_000)}${"]".repeat(10_000)}}]}`,
+      "messages[0].content",
+    ],
+  ];
+  for (const [name, body, param] of rows) {
+    await t.step(name, async () => {
+      assert(body.length <= MiB, `${body.length} bytes`);
+      const error = await assertRejects(() => readJsonBody(post(body), MiB), OpenAIError);
+      assertEquals([error.status, error.param, error.type], [400, param, "invalid_request_error"]);
+      assertStringIncludes(error.message, `nested deeper than ${MAX_JSON_DEPTH} levels`);
+    });
+  }
+  await t.step("the bound is exact: the body is level 1, so a field may nest 127 more", async () => {
+    const at = await readJsonBody(post(nestedBody("tools", MAX_JSON_DEPTH - 1)), MiB);
+    let depth = 1;
+    for (let v: unknown = at.tools; Array.isArray(v); v = v[0]) depth++;
+    assertEquals(depth, MAX_JSON_DEPTH);
+    const past = await assertRejects(
+      () => readJsonBody(post(nestedBody("tools", MAX_JSON_DEPTH)), MiB),
+      OpenAIError,
+    );
+    assertEquals([past.status, past.param], [400, "tools"]);
+  });
+});
+
+Deno.test("readJsonBody with requireJsonContentType refuses what vLLM's validate_json_request refuses", async (t) => {
+  const body = '{"model":"sim","prompt":"hi"}';
+  const strict = { requireJsonContentType: true };
+  const refused: [string, HeadersInit | undefined, string][] = [
+    ["text/plain", { "content-type": "text/plain" }, 'content-type "text/plain"'],
+    [
+      "form-encoded",
+      { "content-type": "application/x-www-form-urlencoded" },
+      "application/x-www-form-urlencoded",
+    ],
+    ["a JSON suffix type", { "content-type": "application/vnd.api+json" }, "application/vnd.api+json"],
+    ["no content type", undefined, "no content-type header"],
+  ];
+  for (const [name, headers, got] of refused) {
+    await t.step(name, async () => {
+      // A Uint8Array body gets no default content type (a string one gets text/plain).
+      const request = post(new TextEncoder().encode(body), headers);
+      const error = await assertRejects(() => readJsonBody(request, MiB, strict), OpenAIError);
+      assertEquals([error.status, error.code, error.param], [400, "unsupported_media_type", null]);
+      assertStringIncludes(error.message, "Only 'application/json' is allowed");
+      assertStringIncludes(error.message, got);
+      assert(request.bodyUsed, "the body is cancelled unread");
+    });
+  }
+  await t.step("application/json with a charset, in any case", async () => {
+    const request = post(body, { "content-type": "Application/JSON; charset=utf-8" });
+    assertEquals(await readJsonBody(request, MiB, strict), { model: "sim", prompt: "hi" });
+  });
+  await t.step("without the option any content type is read", async () => {
+    assertEquals(await readJsonBody(post(body, { "content-type": "text/plain" }), MiB), {
+      model: "sim",
+      prompt: "hi",
+    });
+  });
 });
 
 Deno.test("jsonResponse and errorResponse answer JSON with the status", async () => {
@@ -250,7 +327,7 @@ Deno.test("readJsonBody: a body that stalls is a 408 after the timeout, and its 
   });
   const request = new Request("http://127.0.0.1/v1/completions", { method: "POST", body });
   const started = performance.now();
-  const error = await readJsonBody(request, 1 << 20, 50).then(() => undefined, (e) => e);
+  const error = await readJsonBody(request, 1 << 20, { timeoutMs: 50 }).then(() => undefined, (e) => e);
   assert(error instanceof OpenAIError, String(error));
   assertEquals(error.status, 408);
   assert(performance.now() - started < 1000);

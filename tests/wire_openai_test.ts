@@ -8,12 +8,15 @@ import {
   CompletionResponse,
   type Endpoint,
   ErrorBody,
+  MAX_JSON_DEPTH,
   modelNotFound,
   modelsBody,
   OpenAIError,
   parseRequest,
+  refuseDeepNesting,
   resolveMaxTokens,
   responseId,
+  unexpectedError,
   type Usage,
   usageChunkBody,
 } from "../scenarios/wire/openai.ts";
@@ -250,6 +253,137 @@ Deno.test("parseRequest rejects bad fields with a 400 naming the field, the valu
       assertEquals(assertThrows(() => parseRequest(body, "chat"), OpenAIError).status, 400);
     }
   });
+});
+
+Deno.test("parseRequest refuses the sampling parameters vLLM's SamplingParams._verify_args refuses, in its words", async (t) => {
+  const completion = (extra: Record<string, unknown>) => ({ model: "m", prompt: "hi", ...extra });
+  const rows: [string, Record<string, unknown>, string, string][] = [
+    ["temperature -3", { temperature: -3 }, "temperature", "temperature must be non-negative, got -3."],
+    ["temperature 2.5", { temperature: 2.5 }, "temperature", "temperature must be in [0, 2], got 2.5."],
+    ["top_p 0", { top_p: 0 }, "top_p", "top_p must be in (0, 1], got 0."],
+    ["top_p 1.5", { top_p: 1.5 }, "top_p", "top_p must be in (0, 1], got 1.5."],
+    ["top_k -2", { top_k: -2 }, "top_k", "top_k must be 0 (disable), or at least 1, got -2."],
+    ["min_p 1.5", { min_p: 1.5 }, "min_p", "min_p must be in [0, 1], got 1.5."],
+    [
+      "presence_penalty 2.5",
+      { presence_penalty: 2.5 },
+      "presence_penalty",
+      "presence_penalty must be in [-2, 2], got 2.5.",
+    ],
+    [
+      "frequency_penalty -3",
+      { frequency_penalty: -3 },
+      "frequency_penalty",
+      "frequency_penalty must be in [-2, 2], got -3.",
+    ],
+    [
+      "repetition_penalty 0",
+      { repetition_penalty: 0 },
+      "repetition_penalty",
+      "repetition_penalty must be greater than zero, got 0.",
+    ],
+    ["stop empty", { stop: "" }, "stop", "stop cannot contain an empty string."],
+    ["stop list with an empty one", { stop: ["a", ""] }, "stop[1]", "stop cannot contain an empty string."],
+  ];
+  for (const [name, extra, param, message] of rows) {
+    await t.step(name, () => {
+      const error = assertThrows(() => parseRequest(completion(extra), "completion"), OpenAIError);
+      assertEquals([error.status, error.param, error.message, error.type], [
+        400,
+        param,
+        message,
+        "invalid_request_error",
+      ]);
+    });
+  }
+  await t.step("JSON's 1e999 is Infinity: named as such, not as null", () => {
+    const error = assertThrows(
+      () => parseRequest(JSON.parse('{"model":"m","prompt":"hi","temperature":1e999}'), "completion"),
+      OpenAIError,
+    );
+    assertEquals([error.param, error.message], [
+      "temperature",
+      "temperature: expected a finite number, got Infinity",
+    ]);
+  });
+  await t.step("the ranges' edges are accepted, on both endpoints", () => {
+    const edges: Record<string, unknown>[] = [
+      { temperature: 0, top_p: 1, top_k: -1, min_p: 0, presence_penalty: -2, frequency_penalty: 2 },
+      { temperature: 2, top_p: 1e-9, top_k: 0, min_p: 1, presence_penalty: 2, frequency_penalty: -2 },
+      { top_k: 1, repetition_penalty: 1e-9, stop: ["a", "b"] },
+    ];
+    for (const extra of edges) {
+      parseRequest(completion(extra), "completion");
+      parseRequest({ model: "m", messages: [{ role: "user", content: "hi" }], ...extra }, "chat");
+    }
+  });
+});
+
+Deno.test("parseRequest refuses a body nested deeper than MAX_JSON_DEPTH with a 400, never a stack overflow", async (t) => {
+  const nested = (depth: number): unknown => {
+    let value: unknown = "x";
+    for (let i = 0; i < depth; i++) value = [value];
+    return value;
+  };
+  const deep = nested(10_000);
+  const rows: [string, Endpoint, Record<string, unknown>, string][] = [
+    ["user", "completion", { model: "m", prompt: "hi", user: deep }, "user"],
+    ["stop", "completion", { model: "m", prompt: "hi", stop: deep }, "stop"],
+    [
+      "a chat message's content",
+      "chat",
+      { model: "m", messages: [{ role: "user", content: deep }] },
+      "messages[0].content",
+    ],
+    [
+      "tools (any JSON)",
+      "chat",
+      { model: "m", messages: [{ role: "user", content: "hi" }], tools: deep },
+      "tools",
+    ],
+  ];
+  for (const [name, endpoint, body, param] of rows) {
+    await t.step(name, () => {
+      const error = assertThrows(() => parseRequest(body, endpoint), OpenAIError);
+      assertEquals([error.status, error.param], [400, param]);
+      assertStringIncludes(error.message, `nested deeper than ${MAX_JSON_DEPTH} levels`);
+      assert(error.message.length < 400, `a bounded message, not the value: ${error.message.length} chars`);
+    });
+  }
+  await t.step("at the bound a body is parsed; one level more is refused", () => {
+    const chat = (tools: unknown) => ({ model: "m", messages: [{ role: "user", content: "hi" }], tools });
+    // The body is level 1 and `tools` level 2: MAX_JSON_DEPTH - 1 arrays reach the bound.
+    assertEquals(parseRequest(chat(nested(MAX_JSON_DEPTH - 1)), "chat").model, "m");
+    assertEquals(
+      assertThrows(() => parseRequest(chat(nested(MAX_JSON_DEPTH)), "chat"), OpenAIError).param,
+      "tools",
+    );
+  });
+  await t.step("refuseDeepNesting takes any bound; nesting at the root has no param", () => {
+    refuseDeepNesting({ a: [[1]] }, 3);
+    assertEquals(assertThrows(() => refuseDeepNesting({ a: [[[1]]] }, 3), OpenAIError).param, "a");
+    const root = assertThrows(() => refuseDeepNesting([[[]]], 2), OpenAIError);
+    assertEquals([root.status, root.param], [400, null]);
+  });
+});
+
+Deno.test("unexpectedError is a 500 in OpenAI's shape whose message is one line, without a stack trace", () => {
+  const error = unexpectedError(new RangeError("Maximum call stack size exceeded\nsecond line"));
+  assertEquals(error.body(), {
+    error: {
+      message:
+        "The server had an error while processing your request: RangeError: Maximum call stack size exceeded",
+      type: "server_error",
+      param: null,
+      code: "internal_error",
+    },
+  });
+  assertEquals(error.status, 500);
+  assertEquals(
+    unexpectedError("a string").message,
+    "The server had an error while processing your request: a string",
+  );
+  assert(unexpectedError(new Error("x".repeat(10_000))).message.length < 400);
 });
 
 Deno.test("OpenAIError answers in OpenAI's body shape", () => {

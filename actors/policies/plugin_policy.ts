@@ -7,56 +7,39 @@
  */
 import type { RoutingPolicy } from "./policy.ts";
 
-/** A plugin tried to end its Worker (`Deno.exit`, `close`): refused, so the run fails visibly. */
-export class PluginExitError extends Error {
-  constructor(what: string) {
-    super(`a router plugin may not call ${what}`);
-    this.name = "PluginExitError";
-  }
-}
-
 /**
- * In a Worker, replaces `Deno.exit` and `close` by functions that throw: a
- * plugin calling them fails its run with a message instead of ending the
- * Worker silently. Does nothing in a main thread.
+ * What keeps a plugin in its place in its Worker (actors/runtime/plugin_lockdown.ts
+ * provides both; handed in, as this layer imports nothing of the runtime).
  */
-export function lockWorkerExits(): void {
-  if (!("WorkerGlobalScope" in globalThis)) return;
-  const refuse = (what: string) => () => {
-    throw new PluginExitError(what);
-  };
-  const lock = (target: object, key: string, what: string) => {
-    try {
-      Object.defineProperty(target, key, { value: refuse(what), writable: false, configurable: false });
-    } catch {
-      // Already locked (a second plugin load in the same Worker).
-    }
-  };
-  lock(Deno, "exit", "Deno.exit");
-  lock(globalThis, "close", "close()");
-  const scope = Object.getPrototypeOf(globalThis);
-  if (scope && "close" in scope) lock(scope, "close", "close()");
+export interface PluginSandbox {
+  /** Locks the Worker down; called before the plugin is imported. */
+  readonly lockDown: () => void;
+  /** Throws when the plugin has changed a built-in; called after its import and after every `choose`. */
+  readonly check: () => void;
 }
 
 /**
- * Imports a plugin module and checks its default export is a policy. In a
- * Worker, first locks `Deno.exit` and `close` (see {@linkcode lockWorkerExits}).
+ * Imports a plugin module and checks its default export is a policy, with
+ * `sandbox` locking the Worker down first (frozen built-ins; no messages,
+ * Workers, exits or signals from the plugin).
  * The specifier is computed at run time on purpose: Deno checks a computed
  * `import()` — and the whole graph it loads — against the Worker's read
  * permission, which a literal specifier would bypass.
  *
  * @param moduleUrl A `file:` URL of the plugin module.
+ * @returns a policy of our own making around the plugin's: its `name` read
+ *   once, and a `choose` that calls the plugin's and then `sandbox.check`s.
  * @throws {TypeError} when the module has no default export with a string
- *   `name` and a `choose` function.
+ *   `name` and a `choose` function, or changed a built-in object.
  */
-export async function loadPolicyModule(moduleUrl: string): Promise<RoutingPolicy> {
-  lockWorkerExits();
+export async function loadPolicyModule(moduleUrl: string, sandbox: PluginSandbox): Promise<RoutingPolicy> {
+  sandbox.lockDown();
   const specifier = String(moduleUrl);
   const module = await import(specifier);
   const policy = module.default as Partial<RoutingPolicy> | undefined;
+  const name = policy?.name, choose = policy?.choose;
   if (
-    policy === null || typeof policy !== "object" || typeof policy.name !== "string" ||
-    typeof policy.choose !== "function"
+    policy === null || typeof policy !== "object" || typeof name !== "string" || typeof choose !== "function"
   ) {
     throw new TypeError(
       `expected a default export { name: string, choose(request, view, random): number }, got ${
@@ -64,5 +47,16 @@ export async function loadPolicyModule(moduleUrl: string): Promise<RoutingPolicy
       }`,
     );
   }
-  return policy as RoutingPolicy;
+  const check = sandbox.check;
+  check();
+  return {
+    name,
+    choose(request, view, random) {
+      try {
+        return choose.call(policy, request, view, random);
+      } finally {
+        check();
+      }
+    },
+  };
 }

@@ -13,6 +13,7 @@
 import type { Actor, ActorContext, ActorRef, Message, TimerId } from "./kernel.ts";
 import { createRandomStream, type RandomStream } from "./random_stream.ts";
 import { errorToData, SimulationError } from "./simulation_error.ts";
+import { assertBuiltInsIntact, explainLockdown } from "./plugin_lockdown.ts";
 import type { HostCommand, HostReply, Outgoing } from "./worker_runtime.ts";
 
 class HostContext implements ActorContext<Message> {
@@ -75,9 +76,15 @@ export type ActorFactory = (
   ...args: readonly never[]
 ) => AnyActor | DescribedActor | Promise<AnyActor | DescribedActor>;
 
-/** An error's message, after its class when that says more than `Error` (`NotCapable: Requires read access…`). */
+/**
+ * An error's message, after its class when that says more than `Error`
+ * (`NotCapable: Requires read access…`); in a Worker locked down for a
+ * plugin, a change to a frozen built-in says which rule it broke.
+ */
 function errorText(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
+  const explained = explainLockdown(error.message);
+  if (explained !== error.message || error.name === "PluginSandboxError") return explained;
   return error.name && error.name !== "Error" ? `${error.name}: ${error.message}` : error.message;
 }
 
@@ -130,13 +137,18 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
     }
   };
 
-  self.onmessage = (event: MessageEvent<HostCommand>) => {
+  // A listener, not `onmessage`, which a plugin could reassign; and only the
+  // host's messages: an event a plugin dispatches itself is not trusted.
+  self.addEventListener("message", (event: MessageEvent<HostCommand>) => {
+    if (!event.isTrusted) return;
     const command = event.data;
     if (command.type === "spawn") return void spawn(command);
     const ctx = contexts[command.actor];
     ctx.timeMs = command.timeMs;
     ctx.outbox = [];
     try {
+      // A plugin's code may have run since the last delivery (a timer, a promise).
+      assertBuiltInsIntact();
       actors[command.actor].handle(command.message, ctx);
       reply({ type: "handled", outbox: ctx.outbox });
     } catch (error) {
@@ -144,7 +156,7 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
       const message = error instanceof SimulationError ? error.detail : errorText(error);
       reply({ type: "failed", kind, message, error: errorToData(error) });
     }
-  };
+  });
 }
 
 /**

@@ -27,6 +27,8 @@ import {
 import type { WallClock, WallTime } from "./wall_clock.ts";
 import { type Clock, SYNCHRONIZED, type SyncStatus } from "./clock.ts";
 
+/** Delivery lags an open run keeps (and up to twice as many): its memory stays bounded however long it serves. */
+const OPEN_RUN_LAG_WINDOW = 1 << 16;
 /** Main → Worker. `actor` is the actor's index among those its Worker hosts. */
 export type HostCommand =
   | {
@@ -398,7 +400,14 @@ export class WorkerRuntime {
     try {
       await this.kernel.runWithClock(this.#lockStep(clock), {
         untilMs: this.#open ? Infinity : options.untilMs,
-        onSync: (status) => this.#lags.push(status.lagMs),
+        onSync: (status) => {
+          const lags = this.#lags;
+          lags.push(status.lagMs);
+          // An open run (the gateway's router) may serve for days: it keeps its recent lags only.
+          if (this.#open && lags.length >= 2 * OPEN_RUN_LAG_WINDOW) {
+            lags.splice(0, lags.length - OPEN_RUN_LAG_WINDOW);
+          }
+        },
       });
     } finally {
       this.#clock = undefined;
@@ -459,7 +468,7 @@ export class WorkerRuntime {
     };
   }
 
-  /** Lag figures of the run so far, or of its last `recent` deliveries. */
+  /** Lag figures of the run so far (of an open run: of its last 65,536 to 131,072 deliveries), or of its last `recent` deliveries. */
   lagStats(recent = Infinity): LagStats {
     const lags = this.#lags;
     const sorted = Float64Array.from(recent < lags.length ? lags.slice(lags.length - recent) : lags).sort();

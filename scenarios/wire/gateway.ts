@@ -33,12 +33,27 @@ import {
 } from "../../actors/upstream_instance.ts";
 import { gatewayMetricsText, type UpstreamScrape } from "./gateway_metrics_text.ts";
 import { errorResponse, jsonResponse, readJsonBody, serverUrl, SseWriter } from "./http.ts";
+import {
+  type ConnectionLimits,
+  type ConnectionPool,
+  type ConnectionStats,
+  type HttpServer,
+  NO_CONNECTIONS,
+  serveHttp,
+} from "./http_server.ts";
 import { LIVE_PAGE_HTML } from "./live_page.ts";
-import { type Endpoint, modelNotFound, OpenAIError, type ParsedRequest, parseRequest } from "./openai.ts";
+import {
+  type Endpoint,
+  modelNotFound,
+  OpenAIError,
+  type ParsedRequest,
+  parseRequest,
+  unexpectedError,
+} from "./openai.ts";
 import { parsePrometheus, parseTypes, readLoad, VLLM_TTFT_BUCKETS_S } from "./prometheus.ts";
 import { BucketHistogram } from "./prometheus.ts";
 import { promptRequest, tokenize } from "./tokenizer.ts";
-import { GatewayShutdown, relayAttempt, type RelayEvents } from "./upstream_relay.ts";
+import { GatewayShutdown, isLocalExhaustion, relayAttempt, type RelayEvents } from "./upstream_relay.ts";
 
 /** Options for {@linkcode startGateway}. */
 export interface GatewayOptions {
@@ -92,6 +107,15 @@ export interface GatewayOptions {
   };
   /** The only model name served (others get OpenAI's 404). @default any: the upstreams decide */
   readonly servedModelName?: string;
+  /** What the gateway's server accepts of its clients, and the slots it shares with the process's other servers. @default connectionLimits() */
+  readonly connections?: { readonly limits?: Partial<ConnectionLimits>; readonly pool?: ConnectionPool };
+  /**
+   * Wall ms the router may take to decide a request (a plugin's time, or the
+   * gateway's own lagging loop, not counted), after which it is taken as
+   * broken: every request and `/health` answer 503 and `onFatal` is called.
+   * @default the plugin's `timeoutMs` × 2, else 10,000
+   */
+  readonly routeTimeoutMs?: number;
   /** Called once, with one line, when the router's run fails (a plugin overran its time): the process should exit 1. */
   readonly onFatal: (line: string) => void;
 }
@@ -146,6 +170,8 @@ export interface Gateway {
   close(graceMs: number): Promise<void>;
   /** What the live page shows. */
   snapshot(): GatewaySnapshot;
+  /** Its server's connections: open, and closed by a timeout. */
+  connectionStats(): ConnectionStats;
 }
 
 /** How a request to a completion endpoint ended. */
@@ -177,8 +203,17 @@ export const DEFAULT_SCRAPE_TIMEOUT_MS = 10_000;
 
 export { DEFAULT_SCRAPE_FAILURES };
 
-/** The default status TTL, simulated ms (raised to 4 scrape intervals when the clock runs fast). */
-export const DEFAULT_STATUS_TTL_MS = 2000;
+/**
+ * Wall ms an idle pooled connection to an upstream is kept: under the
+ * keep-alive timeout of every server the gateway fronts (uvicorn's 5 s, which
+ * vLLM and SGLang serve with; cpp-httplib's 5 s in llama-server; our own
+ * instances' 30 s), so the gateway never sends a request on a connection the
+ * upstream is closing.
+ */
+export const UPSTREAM_POOL_IDLE_MS = 4000;
+
+/** Wall ms a built-in router may take to decide a request before the gateway takes it as broken. */
+export const DEFAULT_ROUTE_TIMEOUT_MS = 10_000;
 
 /** Wall ms between two snapshots on `/events`. */
 const EVENTS_MS = 500;
@@ -190,16 +225,17 @@ const PATHS: Readonly<Record<Endpoint, string>> = {
 
 /**
  * The config the gateway's router runs: `upstreamCount` instances, the
- * approximate cache view, reports at once with no network delay, and a
- * status TTL (the config's, else {@linkcode DEFAULT_STATUS_TTL_MS}, at least
- * 4 scrape intervals in simulated ms); no faults, no autoscaler.
+ * approximate cache view, reports at once with no network delay, and no
+ * status TTL unless the scenario sets one: whether an upstream is alive is
+ * judged by its {@linkcode UpstreamInstance} on wall-clock evidence
+ * (connections, scrapes, answers), which it reports at once; a TTL in the
+ * router's simulated time would take a live upstream down whenever the
+ * gateway's own loop lagged past it. No faults, no autoscaler.
  * @throws {RangeError} for a disaggregated fleet (one pool of upstreams only).
  */
 export function gatewayConfig(
   config: SimulationConfig,
   upstreamCount: number,
-  scrapeMs = DEFAULT_SCRAPE_MS,
-  speed = 1,
 ): SimulationConfig {
   if (isDisaggregated(config.instances)) {
     throw new RangeError(
@@ -214,7 +250,8 @@ export function gatewayConfig(
       cacheView: "approximate",
       statusIntervalMs: 0,
       networkDelayMs: 0,
-      statusTtlMs: config.router.statusTtlMs ?? Math.max(DEFAULT_STATUS_TTL_MS, 4 * scrapeMs * speed),
+      statusTtlMs: config.router.statusTtlMs ?? Infinity,
+      upstreamFailures: true,
     },
     faults: undefined,
     autoscale: undefined,
@@ -314,10 +351,17 @@ class GatewayServer implements Gateway {
   readonly #outcomes = Object.fromEntries(OUTCOMES.map((o) => [o, 0])) as Record<Outcome, number>;
   readonly #ttft = new BucketHistogram(VLLM_TTFT_BUCKETS_S);
   readonly #stop = new AbortController();
+  /** The connection pool of every request to the upstreams (see {@linkcode UPSTREAM_POOL_IDLE_MS}). */
+  readonly #http = Deno.createHttpClient({ poolIdleTimeout: UPSTREAM_POOL_IDLE_MS });
+  /** Requests given to the router and not yet decided (see #watchRouter). */
+  readonly #undecided = new Set<number>();
+  /** Decisions the router has made (see #watchRouter). */
+  #decisions = 0;
+  #routerWatch: ReturnType<typeof setInterval> | undefined;
   readonly #subscribers = new Set<SseWriter>();
   #ticker: ReturnType<typeof setInterval> | undefined;
   #scrapeLoops: Promise<void>[] = [];
-  #server: Deno.HttpServer<Deno.NetAddr> | undefined;
+  #server: HttpServer | undefined;
   #clock: WallClock | undefined;
   #run: Promise<void> | undefined;
   #running = false;
@@ -334,7 +378,7 @@ class GatewayServer implements Gateway {
     const n = options.upstreams.length;
     this.#scrapeMs = options.scrapeMs ?? DEFAULT_SCRAPE_MS;
     this.#scrapeTimeoutMs = options.scrapeTimeoutMs ?? DEFAULT_SCRAPE_TIMEOUT_MS;
-    this.#config = gatewayConfig(options.config, n, this.#scrapeMs, options.speed);
+    this.#config = gatewayConfig(options.config, n);
     this.#routed = new Int32Array(n);
     this.#inFlight = new Int32Array(n);
     this.#heardWallMs = new Float64Array(n).fill(-Infinity);
@@ -387,10 +431,15 @@ class GatewayServer implements Gateway {
     );
     await Promise.all(this.#o.upstreams.map((_, i) => this.#scrape(i)));
     this.#scrapeLoops = this.#o.upstreams.map((_, i) => this.#scrapeLoop(i));
-    this.#server = Deno.serve(
-      { hostname: this.#o.host, port: this.#o.port, onListen: () => {} },
-      (request) => this.#handle(request),
-    );
+    this.#watchRouter();
+    this.#server = serveHttp({
+      hostname: this.#o.host,
+      port: this.#o.port,
+      handler: (request) => this.#handle(request),
+      limits: this.#o.connections?.limits,
+      pool: this.#o.connections?.pool,
+      name: "gateway",
+    });
     const addr = this.#server.addr;
     this.#url = serverUrl(addr);
   }
@@ -420,10 +469,12 @@ class GatewayServer implements Gateway {
     for (const sse of this.#subscribers) sse.close();
     this.#subscribers.clear();
     this.#running = false;
+    clearInterval(this.#routerWatch);
     this.#runtime.close();
     await this.#run;
     this.#runtime.terminate();
     await this.#server?.shutdown();
+    this.#http.close();
   }
 
   // ---- The router's run ----------------------------------------------------
@@ -446,6 +497,8 @@ class GatewayServer implements Gateway {
 
   /** The router's run failed (a plugin overran its time, an actor threw): every client is answered 503, and the host told. */
   #fatal(error: unknown): void {
+    if (this.#failure !== undefined) return;
+    clearInterval(this.#routerWatch);
     this.#running = false;
     const message = error instanceof Error ? error.message : String(error);
     this.#failure = `gateway: the router failed: ${message}`.replace(/\s*\n\s*/g, " ");
@@ -456,10 +509,53 @@ class GatewayServer implements Gateway {
     this.#o.onFatal(this.#failure);
   }
 
+  /**
+   * The router's liveness, watched from this thread: a request the router
+   * has not decided (forwarded, or failed) after `routeTimeoutMs` of its
+   * attention means a broken router — a plugin that broke its Worker's
+   * messaging or the intrinsics the router uses, say — and fails the
+   * gateway (every request and `/health` 503, `onFatal`) instead of
+   * accepting requests it will never answer. Only the time this thread
+   * was awake counts (a tick counts for at most two intervals), so a lagging
+   * loop is never taken for a broken router.
+   */
+  #watchRouter(): void {
+    const limitMs = this.#o.routeTimeoutMs ??
+      (this.#o.plugin !== undefined ? 2 * this.#o.plugin.timeoutMs : DEFAULT_ROUTE_TIMEOUT_MS);
+    const tickMs = Math.max(10, Math.min(250, limitMs / 8));
+    let last = performance.now(), decided = this.#decisions, waitedMs = 0;
+    this.#routerWatch = setInterval(() => {
+      const now = performance.now();
+      const attention = Math.min(now - last, 2 * tickMs);
+      last = now;
+      // Stuck is nothing decided at all while requests wait: a burst queued behind slow but
+      // timely decisions is not a broken router.
+      if (this.#decisions !== decided || this.#undecided.size === 0) {
+        decided = this.#decisions;
+        waitedMs = 0;
+        return;
+      }
+      waitedMs += attention;
+      if (waitedMs <= limitMs) return;
+      const [oldest] = this.#undecided;
+      this.#fatal(
+        new Error(
+          `the router decided nothing for ${limitMs} ms while request ${oldest} waited (its Worker stopped answering)`,
+        ),
+      );
+    }, tickMs);
+  }
+
+  /** The router decided request `id` (forwarded it, or failed it). */
+  #decided(id: number): void {
+    if (this.#undecided.delete(id)) this.#decisions++;
+  }
+
   // ---- The upstreams' host -------------------------------------------------
 
   /** {@linkcode UpstreamHost.forward}: one attempt at `command`'s request on upstream `index`. */
   forward(index: number, command: ServeCommand): void {
+    this.#decided(command.request.id);
     const exchange = this.#exchanges.get(command.request.id);
     const to = this.#upstreamRefs[index], requestId = command.request.id;
     if (exchange === undefined || exchange.client.signal.aborted) {
@@ -480,6 +576,7 @@ class GatewayServer implements Gateway {
       timeoutMs: this.#o.upstreamTimeoutMs,
       promptTokens: exchange.promptTokens,
       client: exchange.client,
+      httpClient: this.#http,
     }, this.#relayEvents(exchange, index));
     this.#relays.add(relay);
     relay.finally(() => this.#relays.delete(relay));
@@ -506,6 +603,8 @@ class GatewayServer implements Gateway {
       failed: (reason, cause) => {
         this.#inFlight[index]--;
         exchange.lastError = `${this.#o.upstreams[index]}: ${reason}`;
+        // The router decides again: a retry, or the request's failure.
+        this.#undecided.add(requestId);
         if (!report({ type: "upstream_failed", requestId, cause })) this.#end(exchange, "failed");
       },
       ended: (outcome, cause) => {
@@ -536,6 +635,7 @@ class GatewayServer implements Gateway {
 
   /** The exchange is over: counted once, and its client answered (`response`, else 499 — it is gone). */
   #end(exchange: Exchange, outcome: Outcome, response?: Response): void {
+    this.#decided(exchange.id);
     if (!this.#exchanges.delete(exchange.id)) return;
     this.#outcomes[outcome]++;
     this.#answer(exchange, response ?? new Response(null, { status: 499 }));
@@ -569,7 +669,10 @@ class GatewayServer implements Gateway {
       this.#inject(to, { type: "upstream_scrape_failed", cause, ...(heard && { heard }) });
     };
     try {
-      const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/metrics`, { signal });
+      const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/metrics`, {
+        signal,
+        client: this.#http,
+      });
       const text = await response.text();
       if (response.status >= 500 && response.status !== 501) return failed("answer");
       let load = null;
@@ -583,8 +686,10 @@ class GatewayServer implements Gateway {
         }
       }
       this.#inject(to, { type: "upstream_scraped", load });
-    } catch {
+    } catch (error) {
       if (this.#stop.signal.aborted) return;
+      // Out of descriptors here says nothing about the upstream: no verdict at all.
+      if (isLocalExhaustion(error)) return;
       if (timeout.signal.aborted) return failed("timeout");
       this.#scrapes[i] = undefined;
       failed("connection");
@@ -609,7 +714,10 @@ class GatewayServer implements Gateway {
       return await this.#get(path);
     } catch (error) {
       if (error instanceof OpenAIError) return errorResponse(error);
-      throw error;
+      // A bug: a 500 in OpenAI's shape and one line, never a stack trace per request.
+      const failure = unexpectedError(error);
+      console.error(`gateway: ${request.method} ${new URL(request.url).pathname}: ${failure.message}`);
+      return errorResponse(failure);
     }
   }
 
@@ -643,7 +751,8 @@ class GatewayServer implements Gateway {
     let exchange: Exchange;
     try {
       if (this.#draining || this.#failure !== undefined) throw shuttingDown(this.#failure);
-      const parsed = parseRequest(await readJsonBody(request, this.#o.maxBodyBytes), endpoint);
+      const body = await readJsonBody(request, this.#o.maxBodyBytes, { requireJsonContentType: true });
+      const parsed = parseRequest(body, endpoint);
       const served = this.#o.servedModelName;
       if (served !== undefined && parsed.model !== served) throw modelNotFound(parsed.model);
       const tokens = typeof parsed.prompt === "string" ? tokenize(parsed.prompt) : parsed.prompt;
@@ -667,6 +776,7 @@ class GatewayServer implements Gateway {
         authorization: request.headers.get("authorization"),
       };
       this.#exchanges.set(id, exchange);
+      this.#undecided.add(id);
       if (!this.#inject(this.#router, { type: "route", request: simRequest })) {
         this.#end(exchange, "unavailable", errorResponse(shuttingDown(this.#failure)));
       }
@@ -703,6 +813,7 @@ class GatewayServer implements Gateway {
     try {
       const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/v1/models`, {
         signal: AbortSignal.any([timeout.signal, this.#stop.signal]),
+        client: this.#http,
       });
       const text = await response.text();
       return new Response(text, {
@@ -732,7 +843,13 @@ class GatewayServer implements Gateway {
       failedScrapes: this.#upstreams.map((u) => u.failedScrapes),
       ttft: this.#ttft,
       scrapes: this.#scrapes,
+      connections: this.connectionStats(),
+      ...memoryFigures(),
     });
+  }
+
+  connectionStats(): ConnectionStats {
+    return this.#server?.stats() ?? NO_CONNECTIONS;
   }
 
   snapshot(): GatewaySnapshot {
@@ -770,6 +887,12 @@ class GatewayServer implements Gateway {
       })),
     };
   }
+}
+
+/** This process's resident memory and the main thread's heap in use, for `/metrics`. */
+function memoryFigures(): { residentBytes: number; heapUsedBytes: number } {
+  const { rss, heapUsed } = Deno.memoryUsage();
+  return { residentBytes: rss, heapUsedBytes: heapUsed };
 }
 
 const GET_PATHS: ReadonlySet<string> = new Set(["/", "/events", "/health", "/metrics", "/v1/models"]);

@@ -29,6 +29,17 @@ export interface GatewayMetricsState {
   readonly ttft: BucketHistogram;
   /** Per upstream, its last good scrape (undefined: none, or not an exposition). */
   readonly scrapes: readonly (UpstreamScrape | undefined)[];
+  /** The gateway server's connections (see scenarios/wire/http_server.ts). */
+  readonly connections?: {
+    readonly open: number;
+    readonly headersTimedOut: number;
+    readonly idleTimedOut: number;
+    readonly descriptorErrors: number;
+  };
+  /** This process's resident memory, bytes: Prometheus's own process_resident_memory_bytes. */
+  readonly residentBytes?: number;
+  /** The main thread's V8 heap in use, bytes. */
+  readonly heapUsedBytes?: number;
 }
 
 const ENGINE_GAUGE = /^(vllm|sglang|llamacpp):/;
@@ -68,6 +79,34 @@ export function gatewayMetricsText(s: GatewayMetricsState): string {
       "gateway_upstream_failed_scrapes",
       "/metrics scrapes of the upstream failed in a row (timed out or 5xx) since its last sign of life.",
       perUpstream(s.failedScrapes),
+    )
+    .gauge(
+      "gateway_connections_open",
+      "Client connections the gateway's server holds now.",
+      s.connections === undefined ? [] : [{ labels: {}, value: s.connections.open }],
+    )
+    .counter(
+      "gateway_connections_closed_total",
+      "Client connections the gateway closed for a timeout: headers not sent in time, or idle.",
+      s.connections === undefined ? [] : [
+        { labels: { reason: "headers_timeout" }, value: s.connections.headersTimedOut },
+        { labels: { reason: "idle_timeout" }, value: s.connections.idleTimedOut },
+      ],
+    )
+    .counter(
+      "gateway_accept_descriptor_errors_total",
+      "Accepts that failed for want of file descriptors (EMFILE, ENFILE); the gateway waits and accepts again.",
+      s.connections === undefined ? [] : [{ labels: {}, value: s.connections.descriptorErrors }],
+    )
+    .gauge(
+      "process_resident_memory_bytes",
+      "Resident memory size in bytes.",
+      s.residentBytes === undefined ? [] : [{ labels: {}, value: s.residentBytes }],
+    )
+    .gauge(
+      "deno_heap_used_bytes",
+      "The main thread's V8 heap in use, bytes (Deno.memoryUsage().heapUsed).",
+      s.heapUsedBytes === undefined ? [] : [{ labels: {}, value: s.heapUsedBytes }],
     )
     .histogram(
       "gateway_time_to_first_token_seconds",

@@ -5,7 +5,7 @@
  * Server-Sent Events writing and reading (the `data: <JSON>\n\n` framing of
  * OpenAI's streams, ending with `data: [DONE]`).
  */
-import { OpenAIError } from "./openai.ts";
+import { OpenAIError, refuseDeepNesting } from "./openai.ts";
 
 /** Largest request body accepted by default, in bytes (1 MiB). */
 export const DEFAULT_MAX_BODY_BYTES = 1_048_576;
@@ -76,25 +76,61 @@ async function readWithin(
   }
 }
 
+/** Options for {@linkcode readJsonBody}. */
+export interface ReadJsonBodyOptions {
+  /** Wall ms the client may take to send its whole body (else 408). @default BODY_TIMEOUT_MS */
+  readonly timeoutMs?: number;
+  /**
+   * Refuse (400) a body whose `Content-Type` is not `application/json`
+   * (parameters such as `charset` aside), a missing one included, as vLLM's
+   * `validate_json_request` does on its OpenAI routes. @default false
+   */
+  readonly requireJsonContentType?: boolean;
+}
+
+/**
+ * The 400 for a `Content-Type` other than `application/json`, in the words of
+ * vLLM's `validate_json_request` (vllm/entrypoints/openai/api_server.py),
+ * which compares the media type (lowercased, before any `;`) exactly.
+ */
+function unsupportedMediaType(contentType: string | null): OpenAIError | undefined {
+  const mediaType = (contentType ?? "").split(";", 1)[0].trim().toLowerCase();
+  if (mediaType === "application/json") return undefined;
+  const got = contentType === null ? "no content-type header" : `content-type ${JSON.stringify(contentType)}`;
+  return new OpenAIError(
+    400,
+    `Unsupported Media Type: Only 'application/json' is allowed, got ${got}`,
+    { code: "unsupported_media_type" },
+  );
+}
+
 /**
  * A request's JSON object body, read as a stream and never buffered past
  * `maxBytes` (+ one chunk): a `Content-Length` over the limit is refused
- * before reading.
+ * before reading. A body nested deeper than `MAX_JSON_DEPTH` (openai.ts) is
+ * refused before the caller can walk it.
  *
- * @throws {OpenAIError} 413 (`request_too_large`) past the limit; 408 when
- *   it takes longer than `timeoutMs` to arrive; 400
- *   "Invalid JSON body: …" for bytes that are not UTF-8 JSON, or JSON that is
- *   not an object.
+ * @throws {OpenAIError} 400 `unsupported_media_type` for a content type other
+ *   than JSON when `options.requireJsonContentType` (before reading); 413
+ *   (`request_too_large`) past the limit; 408 when it takes longer than
+ *   `options.timeoutMs` to arrive; 400 "Invalid JSON body: …" for bytes that
+ *   are not UTF-8 JSON, JSON that is not an object, or JSON nested too deep.
  */
 export async function readJsonBody(
   request: Request,
   maxBytes: number,
-  timeoutMs: number = BODY_TIMEOUT_MS,
+  options: ReadJsonBodyOptions = {},
 ): Promise<Record<string, unknown>> {
+  const { timeoutMs = BODY_TIMEOUT_MS, requireJsonContentType = false } = options;
+  const mediaError = requireJsonContentType
+    ? unsupportedMediaType(request.headers.get("content-type"))
+    : undefined;
   const declared = request.headers.get("content-length");
-  if (declared !== null && Number(declared) > maxBytes) {
+  const refusal = mediaError ??
+    (declared !== null && Number(declared) > maxBytes ? tooLarge(maxBytes) : undefined);
+  if (refusal !== undefined) {
     await request.body?.cancel().catch(() => {});
-    throw tooLarge(maxBytes);
+    throw refusal;
   }
   const bytes = request.body === null
     ? new Uint8Array()
@@ -116,6 +152,8 @@ export async function readJsonBody(
     const got = value === null ? "null" : Array.isArray(value) ? "an array" : typeof value;
     throw new OpenAIError(400, `Invalid JSON body: expected a JSON object, got ${got}`);
   }
+  // JSON.parse is iterative in V8; what walks the value next may not be.
+  refuseDeepNesting(value);
   return value as Record<string, unknown>;
 }
 

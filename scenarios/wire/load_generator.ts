@@ -24,8 +24,30 @@ export const ENDPOINT_PATHS: Readonly<Record<LoadEndpoint, string>> = {
   chat: "/v1/chat/completions",
 };
 
-/** A p99 send lag above this many wall ms means the generator did not keep up with the schedule. */
-export const SEND_LAG_TOLERANCE_MS = 50;
+/**
+ * The client's own lag it tolerates, wall ms: a send this late behind its
+ * schedule is a late send (a p99 above it: the generator did not keep up),
+ * and a timer this late means the client's event loop stalled.
+ */
+export const CLIENT_LAG_TOLERANCE_MS = 50;
+
+/** Wall ms between the probes of the client's event-loop lag (how late a timer of this length fires). */
+export const LOOP_PROBE_MS = 20;
+
+/**
+ * Behind its schedule, the sender sends without waiting; after this many
+ * wall ms of doing so it yields to the event loop once (≈ 2 ms), so that its
+ * own burst never stalls the reads and timers of the requests in flight.
+ */
+export const SEND_BURST_MS = 20;
+
+/**
+ * A request is given up as `client stalled` once it has waited this many
+ * times `requestTimeoutMs` of wall time without a sign of life and without
+ * the server having had `requestTimeoutMs` of the client's attention (see
+ * {@linkcode LoadStats.clientStalled}).
+ */
+export const MAX_WAIT_TIMEOUTS = 3;
 
 /** Options for {@linkcode runLoad}. */
 export interface LoadOptions {
@@ -55,7 +77,12 @@ export interface LoadOptions {
    * share their prefixes. @default false
    */
   readonly freshPrefixes?: boolean;
-  /** Wall ms a request may take, from its send to its stream's end, before it fails as `timeout`. @default 60000 (in the CLI) */
+  /**
+   * Wall ms a request may go without a sign of life — from its actual send
+   * to its response's headers, then between events of its stream — before it
+   * fails as `timeout`; ms the client's own event loop spent stalled do not
+   * count (see {@linkcode LoadStats.clientStalled}). @default 60000 (in the CLI)
+   */
   readonly requestTimeoutMs: number;
   /** Aborting stops sending, aborts the requests in flight and resolves with what was measured. @default none */
   readonly signal?: AbortSignal;
@@ -76,6 +103,8 @@ export interface LoadProgress {
   readonly failed: number;
   /** Refused as a simulator drops a request (see `LoadStats.dropped`). */
   readonly dropped: number;
+  /** Given up while the client itself was stalled (see `LoadStats.clientStalled`). */
+  readonly clientStalled: number;
 }
 
 /** What the generator itself saw, beside the run metrics. */
@@ -100,9 +129,23 @@ export interface LoadStats {
   readonly failed: number;
   /** Sent, and aborted unfinished by an interrupt. */
   readonly inFlight: number;
+  /**
+   * Sent, and given up unfinished while the client's own event loop was
+   * stalled: after {@linkcode MAX_WAIT_TIMEOUTS} × the timeout of wall time
+   * without a sign of life, the server had had less than the timeout of the
+   * client's attention. Their outcome is unknown, so they are not failures:
+   * the run counts them in flight, like requests an interrupt aborted.
+   */
+  readonly clientStalled: number;
+  /** Completed requests whose wait the client's loop stalled through: their TTFT and end-to-end include the client's own delay. */
+  readonly completedThroughStall: number;
   /** Not sent (interrupted first). */
   readonly notSent: number;
-  /** Failures (not drops) by kind: `http <status>`, `timeout`, `connection`, `dropped`, `stream error`, `bad stream`. */
+  /**
+   * Failures (not drops) by kind: `http <status>`, `timeout` (no response,
+   * or no event, for the timeout while the client was responsive), `connection`,
+   * `dropped`, `stream error`, `bad stream`.
+   */
   readonly failedBy: Readonly<Record<string, number>>;
   /** One message per failure kind (the first seen), for a user to read. */
   readonly failureExamples: Readonly<Record<string, string>>;
@@ -116,8 +159,25 @@ export interface LoadStats {
   readonly sendLagP50Ms: number | null;
   readonly sendLagP99Ms: number | null;
   readonly sendLagMaxMs: number | null;
-  /** Whether the p99 send lag stayed within {@linkcode SEND_LAG_TOLERANCE_MS}: if not, the load was lighter than asked. */
+  /** Requests sent more than {@linkcode CLIENT_LAG_TOLERANCE_MS} behind their schedule. */
+  readonly lateSends: number;
+  /** Whether the p99 send lag stayed within {@linkcode CLIENT_LAG_TOLERANCE_MS}: if not, the load was lighter than asked. */
   readonly keptUp: boolean;
+  /**
+   * The client's own event-loop lag: how late a {@linkcode LOOP_PROBE_MS} ms
+   * timer fired, probed throughout the run, wall ms; null when no probe finished.
+   */
+  readonly loopLagP50Ms: number | null;
+  readonly loopLagP99Ms: number | null;
+  readonly loopLagMaxMs: number | null;
+  /** Wall ms the client's loop spent stalled (each probe more than {@linkcode CLIENT_LAG_TOLERANCE_MS} late counts its lateness). */
+  readonly loopStalledMs: number;
+  /**
+   * The client, not only the server, limited what was measured: its p99 send
+   * lag or p99 loop lag exceeded {@linkcode CLIENT_LAG_TOLERANCE_MS}, or a
+   * request was given up as client stalled.
+   */
+  readonly clientBottleneck: boolean;
   /** The run was interrupted (its signal aborted). */
   readonly interrupted: boolean;
 }
@@ -270,9 +330,29 @@ interface StreamTimes {
   readonly usage: StreamUsage | undefined;
 }
 
+/** A request's last sign of life — its send, its response's headers, each event read — for its timeout. */
+interface Heard {
+  /** SSE events read so far. */
+  events: number;
+  /** Whether the response's headers came. */
+  responded: boolean;
+  /** When the last sign came, wall ms. */
+  atWallMs: number;
+  /** The client's stalled ms then ({@linkcode LoopLagProbe.stalledMs}). */
+  stalledMs: number;
+}
+
+/** Why a request's wait was cut short: the server's time was up, or the client could not tell. */
+type Verdict = "timeout" | "client stalled";
+
 /** How one request ended. */
 type Outcome =
-  | ({ readonly kind: "completed"; readonly instance: number | undefined } & StreamTimes)
+  | ({
+    readonly kind: "completed";
+    readonly instance: number | undefined;
+    /** Wall ms the client's loop spent stalled while this request waited. */
+    readonly clientStalledMs: number;
+  } & StreamTimes)
   | {
     readonly kind: "failed";
     readonly label: string;
@@ -282,6 +362,7 @@ type Outcome =
     /** The server refused it as a simulator drops a request (counted dropped, not failed). */
     readonly drop?: DropReason;
   }
+  | { readonly kind: "client stalled" }
   | { readonly kind: "interrupted" };
 
 /** A request's failure, by kind (see {@linkcode LoadStats.failedBy}). */
@@ -302,6 +383,70 @@ interface Sent {
   outcome?: Outcome;
 }
 
+/** The value at quantile `q` of ascending `sorted` (nearest rank); null when it is empty. */
+function quantile(sorted: readonly number[], q: number): number | null {
+  return sorted.length === 0 ? null : sorted[Math.max(0, Math.ceil(q * sorted.length) - 1)];
+}
+
+/**
+ * The client's own event-loop lag: a {@linkcode LOOP_PROBE_MS} ms timer set
+ * again and again, each firing's lateness one sample — the method of Node's
+ * `perf_hooks.monitorEventLoopDelay`, which Deno does not implement. A busy
+ * or descheduled loop fires every timer late, a request's timeout and its
+ * response's reads alike.
+ */
+class LoopLagProbe {
+  readonly #wallTime: WallTime;
+  readonly #stop = new AbortController();
+  readonly #lagsMs: number[] = [];
+  #stalledMs = 0;
+  #dueWallMs: number | undefined;
+  #running: Promise<void> | undefined;
+
+  constructor(wallTime: WallTime) {
+    this.#wallTime = wallTime;
+  }
+
+  /** Starts probing until {@linkcode stop}. */
+  start(): void {
+    this.#running ??= this.#probe();
+  }
+
+  /** Stops probing and leaves no timer behind. */
+  async stop(): Promise<void> {
+    this.#stop.abort();
+    await this.#running;
+  }
+
+  /** Every probe's lateness, wall ms, in the order probed. */
+  get lagsMs(): readonly number[] {
+    return this.#lagsMs;
+  }
+
+  /**
+   * Wall ms the loop has spent stalled so far: each probe more than
+   * {@linkcode CLIENT_LAG_TOLERANCE_MS} late counts its whole lateness,
+   * including the probe overdue now (a stall still in progress).
+   */
+  stalledMs(): number {
+    const overdueMs = this.#dueWallMs === undefined ? 0 : this.#wallTime.now() - this.#dueWallMs;
+    return this.#stalledMs + (overdueMs > CLIENT_LAG_TOLERANCE_MS ? overdueMs : 0);
+  }
+
+  async #probe(): Promise<void> {
+    const signal = this.#stop.signal;
+    while (!signal.aborted) {
+      this.#dueWallMs = this.#wallTime.now() + LOOP_PROBE_MS;
+      await this.#wallTime.sleep(LOOP_PROBE_MS, signal);
+      if (signal.aborted) break;
+      const lagMs = Math.max(0, this.#wallTime.now() - this.#dueWallMs);
+      this.#lagsMs.push(lagMs);
+      if (lagMs > CLIENT_LAG_TOLERANCE_MS) this.#stalledMs += lagMs;
+    }
+    this.#dueWallMs = undefined;
+  }
+}
+
 /** One load run: the sender loop, the requests in flight, and what came back. */
 class LoadRun {
   readonly #options: LoadOptions;
@@ -309,11 +454,13 @@ class LoadRun {
   readonly #total: number;
   readonly #sent: Sent[] = [];
   readonly #lagsMs: number[] = [];
+  readonly #loop: LoopLagProbe;
   readonly #inFlight = new Set<AbortController>();
   readonly #pending = new Set<Promise<void>>();
   #completed = 0;
   #failed = 0;
   #dropped = 0;
+  #clientStalled = 0;
   #interrupted = false;
   #startWallMs = 0;
   #endWallMs = 0;
@@ -322,6 +469,7 @@ class LoadRun {
     this.#options = options;
     this.#url = url;
     this.#total = total;
+    this.#loop = new LoopLagProbe(options.wallTime);
   }
 
   /** Sends every request at its time (until interrupted), then waits for every one sent to end. */
@@ -331,13 +479,18 @@ class LoadRun {
     signal?.addEventListener("abort", onAbort, { once: true });
     if (signal?.aborted) this.#interrupt();
     this.#startWallMs = wallTime.now();
+    this.#loop.start();
     try {
+      let yieldedWallMs = this.#startWallMs;
       for (const request of requests) {
         const dueWallMs = this.#startWallMs + request.arrivalMs / speed;
         // Built before the wait: a long prompt's text takes milliseconds to write.
         const body = JSON.stringify(requestBody(request, this.#options));
-        const waitMs = dueWallMs - wallTime.now();
-        if (waitMs > 0 && !this.#interrupted) await wallTime.sleep(waitMs, signal);
+        const nowMs = wallTime.now();
+        if ((dueWallMs > nowMs || nowMs - yieldedWallMs > SEND_BURST_MS) && !this.#interrupted) {
+          await wallTime.sleep(Math.max(0, dueWallMs - nowMs), signal);
+          yieldedWallMs = wallTime.now();
+        }
         if (this.#interrupted) break;
         this.#launch(request, dueWallMs, body);
       }
@@ -345,6 +498,7 @@ class LoadRun {
     } finally {
       signal?.removeEventListener("abort", onAbort);
       this.#endWallMs = wallTime.now();
+      await this.#loop.stop();
     }
   }
 
@@ -355,11 +509,13 @@ class LoadRun {
 
   #launch(request: Request, dueWallMs: number, body: string): void {
     const sent: Sent = { request, dueWallMs };
+    const sentWallMs = this.#options.wallTime.now();
     this.#sent.push(sent);
-    this.#lagsMs.push(Math.max(0, this.#options.wallTime.now() - dueWallMs));
-    const done = this.#exchange(body).then((outcome) => {
+    this.#lagsMs.push(Math.max(0, sentWallMs - dueWallMs));
+    const done = this.#exchange(body, sentWallMs).then((outcome) => {
       sent.outcome = outcome;
       if (outcome.kind === "completed") this.#completed++;
+      if (outcome.kind === "client stalled") this.#clientStalled++;
       if (outcome.kind === "failed" && outcome.drop !== undefined) this.#dropped++;
       else if (outcome.kind === "failed") this.#failed++;
       this.#pending.delete(done);
@@ -376,23 +532,34 @@ class LoadRun {
       completed: this.#completed,
       failed: this.#failed,
       dropped: this.#dropped,
+      clientStalled: this.#clientStalled,
     };
-    const done = progress.completed + progress.failed + progress.dropped;
+    const done = progress.completed + progress.failed + progress.dropped + progress.clientStalled;
     this.#options.onProgress?.(done, this.#total, progress);
   }
 
-  /** Sends one request and reads its stream; never rejects. */
-  async #exchange(body: string): Promise<Outcome> {
-    const { wallTime, requestTimeoutMs } = this.#options;
+  /** Sends one request (at `sentWallMs`, just now) and reads its stream; never rejects. */
+  async #exchange(body: string, sentWallMs: number): Promise<Outcome> {
+    const { wallTime } = this.#options;
     const controller = new AbortController(), finished = new AbortController();
-    let timedOut = false, instance: number | undefined;
+    const heard: Heard = {
+      events: 0,
+      responded: false,
+      atWallMs: sentWallMs,
+      stalledMs: this.#loop.stalledMs(),
+    };
+    const stalledAtSendMs = heard.stalledMs;
+    const hear = () => {
+      heard.atWallMs = wallTime.now();
+      heard.stalledMs = this.#loop.stalledMs();
+    };
+    let verdict: Verdict | undefined, instance: number | undefined;
     this.#inFlight.add(controller);
-    wallTime.sleep(requestTimeoutMs, finished.signal).then(() => {
-      if (finished.signal.aborted) return;
-      timedOut = true;
+    this.#deadline(heard, finished.signal).then((v) => {
+      if (v === undefined) return;
+      verdict = v;
       controller.abort();
     });
-    let responded = false;
     try {
       const response = await fetch(this.#url, {
         method: "POST",
@@ -400,17 +567,23 @@ class LoadRun {
         body,
         signal: controller.signal,
       });
-      responded = true;
+      heard.responded = true;
+      hear();
       instance = instanceOf(response.headers);
-      const times = await readAnswer(response, this.#options.endpoint, wallTime);
-      return { kind: "completed", instance, ...times };
+      const times = await readAnswer(response, this.#options.endpoint, wallTime, () => {
+        heard.events++;
+        hear();
+      });
+      const clientStalledMs = this.#loop.stalledMs() - stalledAtSendMs;
+      return { kind: "completed", instance, clientStalledMs, ...times };
     } catch (error) {
       if (this.#interrupted) return { kind: "interrupted" };
-      const failure = timedOut
-        ? new RequestFailure("timeout", `no complete answer within ${requestTimeoutMs} ms wall`)
+      if (verdict === "client stalled") return { kind: "client stalled" };
+      const failure = verdict === "timeout"
+        ? this.#timeoutFailure(heard)
         : error instanceof RequestFailure
         ? error
-        : new RequestFailure(responded ? "dropped" : "connection", errorText(error));
+        : new RequestFailure(heard.responded ? "dropped" : "connection", errorText(error));
       return {
         kind: "failed",
         label: failure.label,
@@ -425,6 +598,54 @@ class LoadRun {
     }
   }
 
+  /**
+   * Waits until a request's time is up and says why, or resolves undefined
+   * once `finished` aborts. Its time is up after `requestTimeoutMs` of the
+   * client's attention without a sign of life (from the actual send, then
+   * the headers and each event read): wall ms the client's own loop spent
+   * stalled do not count, so a stream the server keeps feeding never times
+   * out, however slowly the client reads it. Back from a stall, the client
+   * first takes {@linkcode CLIENT_LAG_TOLERANCE_MS} to read what arrived
+   * meanwhile (an overdue timer may fire before those reads). After
+   * {@linkcode MAX_WAIT_TIMEOUTS} × the timeout of silence without that much
+   * attention, the client gives up: `client stalled`.
+   */
+  async #deadline(heard: Heard, finished: AbortSignal): Promise<Verdict | undefined> {
+    const { wallTime, requestTimeoutMs: timeoutMs } = this.#options;
+    let dueWallMs = heard.atWallMs + timeoutMs, checkedStalledMs = heard.stalledMs;
+    let gracedAtWallMs: number | undefined; // the sign of life after which a grace was given
+    for (;;) {
+      await wallTime.sleep(Math.max(0, dueWallMs - wallTime.now()), finished);
+      if (finished.aborted) return undefined;
+      const nowMs = wallTime.now(), stalledMs = this.#loop.stalledMs(), silentMs = nowMs - heard.atWallMs;
+      const justStalled = stalledMs > Math.max(checkedStalledMs, heard.stalledMs);
+      const givenUp = silentMs >= MAX_WAIT_TIMEOUTS * timeoutMs;
+      checkedStalledMs = stalledMs;
+      if (justStalled && !(givenUp && gracedAtWallMs === heard.atWallMs)) {
+        gracedAtWallMs = heard.atWallMs;
+        dueWallMs = nowMs + CLIENT_LAG_TOLERANCE_MS;
+        continue;
+      }
+      const attentiveMs = silentMs - (stalledMs - heard.stalledMs);
+      if (attentiveMs >= timeoutMs) return "timeout";
+      if (givenUp) return "client stalled";
+      dueWallMs = nowMs + timeoutMs - attentiveMs;
+    }
+  }
+
+  /** A server's timeout: how far its answer had got. */
+  #timeoutFailure(heard: Heard): RequestFailure {
+    const got = !heard.responded
+      ? "no response"
+      : heard.events === 0
+      ? "headers, then no event"
+      : `${heard.events} events, then none`;
+    return new RequestFailure(
+      "timeout",
+      `${got} for ${this.#options.requestTimeoutMs} ms wall while the client was responsive`,
+    );
+  }
+
   /** The report: run metrics from the outcomes, and the generator's own figures. */
   result(skippedInvalid: number): LoadResult {
     const { config, speed } = this.#options;
@@ -432,7 +653,9 @@ class LoadRun {
     const collector = collect(this.#sent, config, speed);
     const summary = collector.summary();
     const sent = this.#sent.length;
-    const inFlight = this.#sent.filter((s) => s.outcome?.kind === "interrupted").length;
+    const aborted = this.#sent.filter((s) => s.outcome?.kind === "interrupted").length;
+    // Given up while the client stalled: unfinished, as far as anyone knows; not failed.
+    const inFlight = aborted + this.#clientStalled;
     checkConservation(
       {
         arrivals: sent,
@@ -443,7 +666,7 @@ class LoadRun {
       },
       (this.#endWallMs - this.#startWallMs) * speed,
     );
-    const load = this.#stats(completed, inFlight);
+    const load = this.#stats(completed, aborted);
     return {
       ...summary,
       ...clientUnmeasured(load),
@@ -470,7 +693,9 @@ class LoadRun {
     }
     const answers = completed.map((s) => s.outcome as Extract<Outcome, { kind: "completed" }>);
     const lags = [...this.#lagsMs].sort((a, b) => a - b);
-    const rank = (p: number) => lags.length === 0 ? null : lags[Math.max(0, Math.ceil(p * lags.length) - 1)];
+    const loopLags = [...this.#loop.lagsMs].sort((a, b) => a - b);
+    const keptUp = (quantile(lags, 0.99) ?? 0) <= CLIENT_LAG_TOLERANCE_MS;
+    const loopKeptUp = (quantile(loopLags, 0.99) ?? 0) <= CLIENT_LAG_TOLERANCE_MS;
     const { url: _url, endpoint, model, speed, nonce } = this.#options;
     return {
       url: this.#url,
@@ -484,16 +709,24 @@ class LoadRun {
       dropped: this.#dropped,
       failed: this.#failed,
       inFlight,
+      clientStalled: this.#clientStalled,
+      completedThroughStall: answers.filter((a) => a.clientStalledMs > 0).length,
       notSent: this.#total - this.#sent.length,
       failedBy,
       failureExamples,
       usageMissing: answers.filter((a) => a.usage === undefined).length,
       cachedTokensMissing: answers.filter((a) => a.usage?.cachedTokens === undefined).length,
       instanceMissing: answers.filter((a) => a.instance === undefined).length,
-      sendLagP50Ms: rank(0.5),
-      sendLagP99Ms: rank(0.99),
-      sendLagMaxMs: rank(1),
-      keptUp: (rank(0.99) ?? 0) <= SEND_LAG_TOLERANCE_MS,
+      sendLagP50Ms: quantile(lags, 0.5),
+      sendLagP99Ms: quantile(lags, 0.99),
+      sendLagMaxMs: quantile(lags, 1),
+      lateSends: lags.filter((lag) => lag > CLIENT_LAG_TOLERANCE_MS).length,
+      keptUp,
+      loopLagP50Ms: quantile(loopLags, 0.5),
+      loopLagP99Ms: quantile(loopLags, 0.99),
+      loopLagMaxMs: quantile(loopLags, 1),
+      loopStalledMs: this.#loop.stalledMs(),
+      clientBottleneck: !keptUp || !loopKeptUp || this.#clientStalled > 0,
       interrupted: this.#interrupted,
     };
   }
@@ -611,6 +844,7 @@ async function readAnswer(
   response: Response,
   endpoint: LoadEndpoint,
   wallTime: WallTime,
+  onEvent: () => void,
 ): Promise<StreamTimes> {
   if (!response.ok) {
     const { message, code } = await errorBody(response);
@@ -621,7 +855,7 @@ async function readAnswer(
     await response.body?.cancel();
     throw new RequestFailure("bad stream", `expected an SSE stream (text/event-stream), got "${type}"`);
   }
-  return await readStream(response.body, endpoint, wallTime);
+  return await readStream(response.body, endpoint, wallTime, onEvent);
 }
 
 /**
@@ -664,7 +898,8 @@ async function errorBody(response: Response): Promise<{ message: string; code: s
 
 /**
  * Reads an SSE stream of completion (or chat) chunks to its end: the wall
- * time of the first and last chunks with text, and the usage chunk.
+ * time of the first and last chunks with text, and the usage chunk; calls
+ * `onEvent` as each event is read.
  * @throws {RequestFailure} for an error event, a chunk that is not JSON, a
  * stream without text, or one that ends before `data: [DONE]`.
  */
@@ -672,10 +907,12 @@ async function readStream(
   body: ReadableStream<Uint8Array>,
   endpoint: LoadEndpoint,
   wallTime: WallTime,
+  onEvent: () => void,
 ): Promise<StreamTimes> {
   let firstWallMs: number | undefined, endWallMs = 0, textChunks = 0, done = false;
   let usage: StreamUsage | undefined;
   for await (const data of readSseData(body)) {
+    onEvent();
     if (done) continue;
     if (data === "[DONE]") {
       done = true;
@@ -740,8 +977,9 @@ function errorText(error: unknown): string {
 
 /**
  * The human-readable report: `deno task run`'s table (its policy and kernel
- * lines replaced by the load's), then the requests sent and failed and the
- * send lag, with a warning when the generator fell behind its schedule.
+ * lines replaced by the load's), then the requests sent, failed and given
+ * up, the send lag and the client's loop lag, with
+ * {@linkcode clientLimitLines}' warning when the client was the bottleneck.
  */
 export function formatLoadReport(result: LoadResult): string {
   const l = result.load;
@@ -756,20 +994,54 @@ export function formatLoadReport(result: LoadResult): string {
     ...table,
     `  load          sent ${l.sent} of ${l.total} · completed ${l.completed} · dropped ${l.dropped} · failed ${l.failed}${
       kinds === "" ? "" : ` (${kinds})`
-    } · aborted in flight ${l.inFlight} · ${(result.wallMs / 1000).toFixed(1)} s wall`,
+    } · client stalled ${l.clientStalled} · aborted in flight ${l.inFlight} · ${
+      (result.wallMs / 1000).toFixed(1)
+    } s wall`,
     `  send lag      p50 ${ms(l.sendLagP50Ms)} · p99 ${ms(l.sendLagP99Ms)} · max ${
       ms(l.sendLagMaxMs)
-    } wall behind schedule`,
+    } wall behind schedule · ${l.lateSends} sent more than ${CLIENT_LAG_TOLERANCE_MS} ms late`,
+    `  client loop   lag p50 ${ms(l.loopLagP50Ms)} · p99 ${ms(l.loopLagP99Ms)} · max ${
+      ms(l.loopLagMaxMs)
+    } (a ${LOOP_PROBE_MS} ms timer's lateness) · stalled ${l.loopStalledMs.toFixed(0)} ms`,
     ...Object.entries(l.failureExamples).map(([kind, message]) => `  ${kind}: ${message}`),
+    ...clientLimitLines(l),
   ];
-  if (!l.keptUp) {
-    lines.push(
-      `warning: p99 send lag ${ms(l.sendLagP99Ms)} exceeds ${SEND_LAG_TOLERANCE_MS} ms: the load generator ` +
-        `could not keep up with speed ${l.speed}×, so the load was lighter than the scenario's`,
-    );
-  }
   if (l.cachedTokensMissing > 0) {
     lines.push(`note: ${l.cachedTokensMissing} answers reported no cached tokens, so hit rates are n/a`);
   }
   return lines.join("\n");
+}
+
+/**
+ * What the client's own limits did to a run, in words: a warning when it was
+ * the bottleneck (`load.clientBottleneck`: late sends, a lagging event loop,
+ * requests given up while it stalled), a note when only some answers waited
+ * through a stall of its loop; none when it kept up.
+ */
+export function clientLimitLines(l: LoadStats): string[] {
+  const ms = (v: number | null) => v === null ? "n/a" : `${v.toFixed(0)} ms`;
+  const through =
+    `${l.completedThroughStall} completed requests waited through a stall of its loop, so their ` +
+    `TTFT and end-to-end include the client's own delay`;
+  if (!l.clientBottleneck) {
+    return l.completedThroughStall === 0 ? [] : [
+      `note: the client's event loop stalled ${l.loopStalledMs.toFixed(0)} ms in all; ${through}`,
+    ];
+  }
+  const facts = [
+    `it sent ${l.lateSends} of ${l.sent} requests more than ${CLIENT_LAG_TOLERANCE_MS} ms late ` +
+    `(p99 ${ms(l.sendLagP99Ms)}, max ${ms(l.sendLagMaxMs)})`,
+    `its event loop lagged p99 ${ms(l.loopLagP99Ms)}, max ${ms(l.loopLagMaxMs)}, stalled ` +
+    `${l.loopStalledMs.toFixed(0)} ms in all`,
+    ...(l.clientStalled === 0 ? [] : [
+      `${l.clientStalled} requests were given up while it stalled (outcome unknown: counted in flight, ` +
+      `not as server failures)`,
+    ]),
+    ...(l.completedThroughStall === 0 ? [] : [through]),
+  ];
+  const lighter = l.keptUp ? "" : "the load was lighter than the scenario's and ";
+  return [
+    `warning: the client was the bottleneck: ${facts.join("; ")}. So ${lighter}the latencies include ` +
+    `the client's own delays: lower the rate or the speed, or run the client on another machine`,
+  ];
 }

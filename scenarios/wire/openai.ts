@@ -17,8 +17,11 @@
  * What we honour: the prompt (or the chat messages, rendered by the template
  * in `tokenizer.ts`), `max_tokens`/`max_completion_tokens`, `stream`,
  * `stream_options.include_usage`, `ignore_eos`, `min_tokens`. Other schema
- * fields are type-checked loosely and ignored; values we cannot honour (n > 1,
- * best_of > 1, echo, logprobs, beam search, several prompts) get a 400.
+ * fields are type-checked and ignored, the sampling parameters within the
+ * ranges vLLM's `SamplingParams._verify_args` (`vllm/sampling_params.py`)
+ * enforces; values we cannot honour (n > 1, best_of > 1, echo, logprobs, beam
+ * search, several prompts) get a 400. A body nested deeper than
+ * {@linkcode MAX_JSON_DEPTH} levels is refused before anything walks it.
  */
 import { z } from "zod";
 import { describeIssue } from "../scenario.ts";
@@ -66,6 +69,32 @@ export function modelNotFound(model: string): OpenAIError {
   return new OpenAIError(404, `The model \`${model}\` does not exist.`, {
     param: "model",
     code: "model_not_found",
+  });
+}
+
+/**
+ * The 500 for an error a handler did not expect (a bug, not the client's
+ * mistake), in OpenAI's shape (`type: "server_error"`, as OpenAI's 500s;
+ * `code: "internal_error"`): the message is the error's name and first line
+ * of its message, so one line on stderr can say the same, with no stack trace.
+ *
+ * @example
+ * ```ts
+ * } catch (error) {
+ *   if (error instanceof OpenAIError) return errorResponse(error);
+ *   const failure = unexpectedError(error);
+ *   console.error(`POST /v1/completions: ${failure.message}`);
+ *   return errorResponse(failure);
+ * }
+ * ```
+ */
+export function unexpectedError(error: unknown): OpenAIError {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  const line = text.split("\n", 1)[0];
+  const what = line.length > 300 ? `${line.slice(0, 300)}…` : line;
+  return new OpenAIError(500, `The server had an error while processing your request: ${what}`, {
+    type: "server_error",
+    code: "internal_error",
   });
 }
 
@@ -234,6 +263,84 @@ export function paramPath(path: readonly PropertyKey[]): string {
   return text;
 }
 
+/**
+ * Deepest nesting of arrays and objects a request body may have, the body
+ * itself being level 1: serde_json's default recursion limit (128), below
+ * pydantic-core's JSON parser (jiter, 200) and CPython's `json` module (the
+ * interpreter's recursion limit, 1000 by default), which vLLM's FastAPI parses
+ * bodies with. OpenAI bodies nest a few levels (a JSON schema in
+ * `response_format` or `tools` a few dozen at most); the bound keeps every
+ * recursive walk of a body (error messages, relaying, `structuredClone`) far
+ * from the call stack's limit.
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/** Where the first container nested past `maxDepth` is, as a key path from the root; undefined when none is. */
+function nestedPast(root: unknown, maxDepth: number): PropertyKey[] | undefined {
+  // Iterative depth-first walk over containers only: linear in the body, no recursion.
+  interface Frame {
+    readonly value: object;
+    readonly depth: number;
+    readonly parent: Frame | undefined;
+    readonly key: PropertyKey | undefined;
+  }
+  if (root === null || typeof root !== "object") return undefined;
+  const stack: Frame[] = [{ value: root, depth: 1, parent: undefined, key: undefined }];
+  while (stack.length > 0) {
+    const frame = stack.pop()!;
+    if (frame.depth > maxDepth) {
+      const path: PropertyKey[] = [];
+      for (let f: Frame | undefined = frame; f?.key !== undefined; f = f.parent) path.push(f.key);
+      return path.reverse();
+    }
+    const value = frame.value as Record<PropertyKey, unknown>;
+    const keys: readonly PropertyKey[] | undefined = Array.isArray(value) ? undefined : Object.keys(value);
+    const length = keys === undefined ? (value as unknown as unknown[]).length : keys.length;
+    for (let i = 0; i < length; i++) {
+      const key = keys === undefined ? i : keys[i];
+      const child = value[key];
+      if (child !== null && typeof child === "object") {
+        stack.push({ value: child, depth: frame.depth + 1, parent: frame, key });
+      }
+    }
+  }
+  return undefined;
+}
+
+/** The field a too-deep path is reported under: its first four steps, less trailing array indices (`messages[0].content`). */
+function nestingParam(path: readonly PropertyKey[]): string | null {
+  const head = path.slice(0, 4);
+  while (head.length > 0 && typeof head[head.length - 1] === "number") head.pop();
+  return head.length === 0 ? null : paramPath(head);
+}
+
+/**
+ * Refuses a JSON value nested deeper than `maxDepth` levels of arrays and
+ * objects (the value itself is level 1), with an iterative walk: call it
+ * before anything recursive (an error message quoting the value,
+ * `structuredClone`) touches a body.
+ *
+ * @throws {OpenAIError} 400 naming the field the nesting is in
+ *   (`param`, e.g. `messages[0].content`), the depth and the limit.
+ * @throws {RangeError} when `maxDepth` is not an integer >= 1.
+ */
+export function refuseDeepNesting(body: unknown, maxDepth: number = MAX_JSON_DEPTH): void {
+  if (!Number.isInteger(maxDepth) || maxDepth < 1) {
+    throw new RangeError(`refuseDeepNesting maxDepth: expected an integer >= 1, got ${maxDepth}`);
+  }
+  const path = nestedPast(body, maxDepth);
+  if (path === undefined) return;
+  const param = nestingParam(path);
+  const where = param === null ? "the body" : param;
+  const shown = paramPath(path.slice(0, 8)) + (path.length > 8 ? "…" : "");
+  throw new OpenAIError(
+    400,
+    `Invalid JSON body: ${where} is nested deeper than ${maxDepth} levels of arrays and objects ` +
+      `(level ${maxDepth + 1} at ${shown === "" ? "the root" : shown}); expected at most ${maxDepth}`,
+    { param },
+  );
+}
+
 function invalid(param: string, message: string): OpenAIError {
   return new OpenAIError(400, `${param}: ${message}`, { param });
 }
@@ -246,6 +353,15 @@ function fromZod(error: z.ZodError, body: unknown): OpenAIError {
   const issue = error.issues[0];
   if (issue.code === "unrecognized_keys") return unrecognized(paramPath([...issue.path, issue.keys[0]]));
   const param = paramPath(issue.path);
+  // JSON's 1e999 parses to Infinity, which zod refuses as a number and JSON shows as null.
+  const value = issue.path.reduce<unknown>(
+    (at, key) =>
+      at !== null && typeof at === "object" ? (at as Record<PropertyKey, unknown>)[key] : undefined,
+    body,
+  );
+  if (typeof value === "number" && !Number.isFinite(value)) {
+    return invalid(param, `expected a finite number, got ${value}`);
+  }
   return invalid(param, describeIssue(issue, body, issue.path));
 }
 
@@ -310,6 +426,57 @@ function checkChatContent(messages: readonly z.infer<typeof message>[]): void {
 
 type Checked = z.infer<typeof completionSchema> | z.infer<typeof chatSchema>;
 
+/** A sampling parameter vLLM refuses, in `SamplingParams._verify_args`'s words. */
+function refused(param: string, message: string): OpenAIError {
+  return new OpenAIError(400, message, { param });
+}
+
+/**
+ * The sampling parameters' ranges, as vLLM's `SamplingParams._verify_args`
+ * (`vllm/sampling_params.py`) checks them, with its wording: vLLM answers
+ * these with a 400 too. (`n`, `max_tokens`, `min_tokens` and their order are
+ * checked by the schema and {@linkcode parseRequest}.)
+ */
+function refuseOutOfRange(data: Checked): void {
+  const { temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty } = data;
+  if (presence_penalty != null && !(presence_penalty >= -2 && presence_penalty <= 2)) {
+    throw refused("presence_penalty", `presence_penalty must be in [-2, 2], got ${presence_penalty}.`);
+  }
+  if (frequency_penalty != null && !(frequency_penalty >= -2 && frequency_penalty <= 2)) {
+    throw refused("frequency_penalty", `frequency_penalty must be in [-2, 2], got ${frequency_penalty}.`);
+  }
+  if (repetition_penalty != null && !(repetition_penalty > 0)) {
+    throw refused(
+      "repetition_penalty",
+      `repetition_penalty must be greater than zero, got ${repetition_penalty}.`,
+    );
+  }
+  if (temperature != null) {
+    if (temperature < 0) {
+      throw refused("temperature", `temperature must be non-negative, got ${temperature}.`);
+    }
+    if (temperature > 2) throw refused("temperature", `temperature must be in [0, 2], got ${temperature}.`);
+  }
+  if (top_p != null && !(top_p > 0 && top_p <= 1)) {
+    throw refused("top_p", `top_p must be in (0, 1], got ${top_p}.`);
+  }
+  // vLLM quietly accepts -1 as "disabled", as 0.
+  if (top_k != null && top_k < -1) {
+    throw refused("top_k", `top_k must be 0 (disable), or at least 1, got ${top_k}.`);
+  }
+  if (min_p != null && !(min_p >= 0 && min_p <= 1)) {
+    throw refused("min_p", `min_p must be in [0, 1], got ${min_p}.`);
+  }
+  const stops = typeof data.stop === "string" ? [data.stop] : data.stop ?? [];
+  const empty = stops.indexOf("");
+  if (empty >= 0) {
+    throw refused(
+      typeof data.stop === "string" ? "stop" : `stop[${empty}]`,
+      "stop cannot contain an empty string.",
+    );
+  }
+}
+
 /** Values in the schema that we cannot honour: a 400 naming the field, never a silent difference. */
 function refuseUnsupported(data: Checked): void {
   if ((data.n ?? 1) > 1) throw invalid("n", `only n=1 is supported, got ${data.n}`);
@@ -341,18 +508,22 @@ function refuseUnsupported(data: Checked): void {
  * @returns what the simulator honours, with the body kept for forwarding.
  * @throws {OpenAIError} 400 with `param` set: a field outside the schema
  *   ("Unrecognized request argument supplied: <name>"), a value of the wrong
- *   type or range (the field, the value and what was expected), or a value we
- *   cannot honour ("only n=1 is supported").
+ *   type or range (the field, the value and what was expected; a sampling
+ *   parameter in vLLM's words: "temperature must be non-negative, got -3."),
+ *   a value we cannot honour ("only n=1 is supported"), or a body nested
+ *   deeper than {@linkcode MAX_JSON_DEPTH}.
  */
 export function parseRequest(body: unknown, endpoint: Endpoint): ParsedRequest {
   if (body === null || typeof body !== "object" || Array.isArray(body)) {
     throw new OpenAIError(400, `Invalid JSON body: expected a JSON object, got ${JSON.stringify(body)}`);
   }
+  refuseDeepNesting(body);
   const record = body as Record<string, unknown>;
   for (const key of Object.keys(record)) if (!FIELDS[endpoint].has(key)) throw unrecognized(key);
   const result = endpoint === "chat" ? chatSchema.safeParse(record) : completionSchema.safeParse(record);
   if (!result.success) throw fromZod(result.error, record);
   const data = result.data;
+  refuseOutOfRange(data);
   refuseUnsupported(data);
   let prompt: string | number[];
   let maxTokens = data.max_tokens ?? undefined;

@@ -38,6 +38,13 @@ import type { LagStats } from "../../actors/runtime/worker_runtime.ts";
 import type { SimulationConfig } from "../../actors/topology.ts";
 import { errorResponse, jsonResponse, readJsonBody, serverUrl, SseWriter } from "./http.ts";
 import {
+  type ConnectionLimits,
+  type ConnectionPool,
+  type ConnectionStats,
+  type HttpServer,
+  serveHttp,
+} from "./http_server.ts";
+import {
   chunkBody,
   completionBody,
   type Endpoint,
@@ -46,6 +53,7 @@ import {
   type ParsedRequest,
   parseRequest,
   resolveMaxTokens,
+  unexpectedError,
   type Usage,
   usageChunkBody,
 } from "./openai.ts";
@@ -72,6 +80,8 @@ export interface SimFleetOptions {
   readonly ports?: readonly number[];
   /** Called once when an instance actor throws (the fleet then answers 500). */
   readonly onError?: (error: Error) => void;
+  /** What each instance's server accepts of its clients, and the slots it shares with the process's other servers. @default connectionLimits() */
+  readonly connections?: { readonly limits?: Partial<ConnectionLimits>; readonly pool?: ConnectionPool };
 }
 
 /** A running fleet of simulated instances. */
@@ -82,6 +92,8 @@ export interface SimFleet {
   lagStats(): LagStats;
   /** Requests accepted and not finished. */
   inFlight(): number;
+  /** Each instance server's connections: open, and closed by a timeout. */
+  connectionStats(): ConnectionStats[];
   /** Stop taking requests: `/health` and new requests answer 503 at once; those in flight go on. */
   drain(): void;
   /** Drains, waits up to `graceMs` wall ms for requests in flight, ends the rest, and closes every server. */
@@ -113,7 +125,7 @@ interface Pending {
 /** Starts the instances of `options.config` and one HTTP server for each. */
 export function startSimFleet(options: SimFleetOptions): Promise<SimFleet> {
   const fleet = new Fleet(options);
-  fleet.listen(); // Deno.serve binds at once
+  fleet.listen(); // serveHttp binds at once
   return Promise.resolve(fleet);
 }
 
@@ -125,7 +137,7 @@ class Fleet implements SimFleet, ClientSink {
   readonly #metrics: VllmMetrics[] = [];
   readonly #lengths: RandomStream[] = [];
   readonly #pending = new Map<number, Pending>();
-  readonly #servers: Deno.HttpServer<Deno.NetAddr>[] = [];
+  readonly #servers: HttpServer[] = [];
   #urls: string[] = [];
   #nextId = 0;
   #draining = false;
@@ -178,10 +190,14 @@ class Fleet implements SimFleet, ClientSink {
     this.#runtime.start();
     const ports = this.#options.ports;
     for (let i = 0; i < this.#instances.length; i++) {
-      const server = Deno.serve(
-        { hostname: this.#options.host, port: ports?.[i] ?? 0, onListen: () => {} },
-        (request) => this.#handle(i, request),
-      );
+      const server = serveHttp({
+        hostname: this.#options.host,
+        port: ports?.[i] ?? 0,
+        handler: (request) => this.#handle(i, request),
+        limits: this.#options.connections?.limits,
+        pool: this.#options.connections?.pool,
+        name: `instance ${i}`,
+      });
       this.#servers.push(server);
     }
     this.#urls = this.#servers.map((s) => serverUrl(s.addr));
@@ -193,6 +209,10 @@ class Fleet implements SimFleet, ClientSink {
 
   inFlight(): number {
     return this.#pending.size;
+  }
+
+  connectionStats(): ConnectionStats[] {
+    return this.#servers.map((s) => s.stats());
   }
 
   drain(): void {
@@ -217,10 +237,15 @@ class Fleet implements SimFleet, ClientSink {
 
   // ---- HTTP ----------------------------------------------------------------
 
+  /**
+   * Answers one request: an {@linkcode OpenAIError} as its JSON body; any
+   * other error (a bug) as a 500 in the same shape and one line on stderr,
+   * never a stack trace per request.
+   */
   async #handle(instance: number, request: Request): Promise<Response> {
     const headers = { "x-sim-instance": String(instance) };
+    const path = new URL(request.url).pathname;
     try {
-      const path = new URL(request.url).pathname;
       const endpoint: Endpoint | undefined = path === "/v1/completions"
         ? "completion"
         : path === "/v1/chat/completions"
@@ -237,7 +262,9 @@ class Fleet implements SimFleet, ClientSink {
       return this.#get(instance, path, headers);
     } catch (error) {
       if (error instanceof OpenAIError) return errorResponse(error, headers);
-      throw error;
+      const failure = unexpectedError(error);
+      console.error(`sim instance ${instance}: ${request.method} ${path}: ${failure.message}`);
+      return errorResponse(failure, headers);
     }
   }
 
@@ -283,7 +310,8 @@ class Fleet implements SimFleet, ClientSink {
     if (this.#draining || this.#failure) {
       throw new OpenAIError(503, "The server is not taking requests.", { type: "service_unavailable" });
     }
-    const parsed = parseRequest(await readJsonBody(request, this.#options.maxBodyBytes), endpoint);
+    const body = await readJsonBody(request, this.#options.maxBodyBytes, { requireJsonContentType: true });
+    const parsed = parseRequest(body, endpoint);
     if (parsed.model !== this.#options.servedModelName) {
       throw new OpenAIError(404, `The model \`${parsed.model}\` does not exist.`, {
         param: "model",

@@ -7,6 +7,7 @@
  * Where the upstream's usage lacks `cached_tokens` (llama.cpp), the relay
  * derives it and writes it into the usage the client gets.
  */
+import { isDescriptorExhaustion } from "./http_server.ts";
 import type { EndOutcome } from "../../actors/gateway_metrics.ts";
 import type { FailureCause } from "../../actors/upstream_instance.ts";
 import { fillCachedTokens } from "./cached_tokens.ts";
@@ -32,6 +33,8 @@ export interface RelayRequest {
   readonly promptTokens: number;
   /** Aborted when the gateway gives up on the request; the relay aborts it when the client cancels the stream. */
   readonly client: AbortController;
+  /** The HTTP client whose connection pool the request uses. @default fetch's own */
+  readonly httpClient?: Deno.HttpClient;
 }
 
 /** Token counts of a finished request (the upstream's usage, or our fallbacks). */
@@ -147,10 +150,24 @@ function relayUsage(
   };
 }
 
-/** Why an attempt that threw failed: our own verdicts are answers, a watchdog's is silence, the rest the connection's. */
-function causeOf(error: unknown, signal: AbortSignal): FailureCause {
+/**
+ * Why an attempt that threw failed: our own verdicts are answers, a
+ * watchdog's is silence, the gateway's own want of descriptors says nothing
+ * about the upstream (unknown, as silence), the rest the connection's.
+ */
+export function causeOf(error: unknown, signal: AbortSignal): FailureCause {
   if (signal.aborted && signal.reason instanceof UpstreamFault) return "timeout";
-  return error instanceof UpstreamFault ? "answer" : "connection";
+  if (error instanceof UpstreamFault) return "answer";
+  return isLocalExhaustion(error) ? "timeout" : "connection";
+}
+
+/** Whether `error` (or its cause: fetch wraps the socket's error) is this process running out of descriptors. */
+export function isLocalExhaustion(error: unknown): boolean {
+  for (let e = error, depth = 0; e !== undefined && e !== null && depth < 4; depth++) {
+    if (isDescriptorExhaustion(e)) return true;
+    e = (e as { cause?: unknown }).cause;
+  }
+  return false;
 }
 
 /**
@@ -190,6 +207,7 @@ class Relay {
           : { "content-type": "application/json" },
         body: upstreamBody(this.#r),
         signal: this.#signal,
+        ...(this.#r.httpClient && { client: this.#r.httpClient }),
       });
       this.#on.heard();
       // A full queue is the upstream's answer about this request (the simulator drops it), not a fault of

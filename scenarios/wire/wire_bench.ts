@@ -1,8 +1,10 @@
 /**
  * @module
  * The over-the-wire parts of `deno task bench` (scenarios/bench.ts): whether
- * the live runtime keeps real time under load (`serve`), and how many
- * requests per second the gateway alone passes through (`gateway`).
+ * the live runtime keeps real time under load (`serve`), how many
+ * requests per second the gateway alone passes through (`gateway`), what it
+ * adds to a stream's first event (`stream`), and whether it holds steady for
+ * minutes beside idle and slow connections (`soak`).
  * Loopback only.
  */
 import type { SimulationConfig } from "../../actors/topology.ts";
@@ -12,6 +14,7 @@ import { systemWallTime } from "../wall_time.ts";
 import { startGateway } from "./gateway.ts";
 import { runLoad } from "./load_generator.ts";
 import { startSimFleet } from "./sim_server.ts";
+import { parsePrometheus, type Sample } from "./prometheus.ts";
 
 /** A gateway on loopback in front of `upstreams`, at real time, with `deno task serve`'s defaults. */
 function loopbackGateway(config: SimulationConfig, upstreams: readonly string[]) {
@@ -26,6 +29,20 @@ function loopbackGateway(config: SimulationConfig, upstreams: readonly string[])
     scrapeMs: 200,
     upstreamTimeoutMs: 60_000,
     onFatal: (line) => console.error(line),
+  });
+}
+
+/** `config`'s workload sent to `url` at real time (speed 1), completions, with `load`'s defaults. */
+function loadInRealTime(url: string, config: SimulationConfig) {
+  return runLoad({
+    url,
+    config,
+    speed: 1,
+    endpoint: "completion",
+    model: "sim",
+    nonce: 1,
+    requestTimeoutMs: 60_000,
+    wallTime: systemWallTime,
   });
 }
 
@@ -54,16 +71,7 @@ export async function serveLagBench(): Promise<void> {
   const gateway = await loopbackGateway(config, fleet.urls);
   const start = performance.now();
   try {
-    const result = await runLoad({
-      url: gateway.url,
-      config,
-      speed: 1,
-      endpoint: "completion",
-      model: "sim",
-      nonce: 1,
-      requestTimeoutMs: 60_000,
-      wallTime: systemWallTime,
-    });
+    const result = await loadInRealTime(gateway.url, config);
     const lag = fleet.lagStats();
     // The gateway's load is a 200 ms scrape: `run` with status as stale.
     const sim = runScenario({ ...config, router: { ...config.router, statusIntervalMs: 200 } });
@@ -139,7 +147,11 @@ export async function gatewayBench(requests = 20_000, clients = 64): Promise<voi
       const start = performance.now();
       await Promise.all(Array.from({ length: clients }, async () => {
         while (next++ < requests) {
-          const response = await fetch(`${url}/v1/completions`, { method: "POST", body });
+          const response = await fetch(`${url}/v1/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body,
+          });
           if (!response.ok) failed++;
           await response.arrayBuffer();
         }
@@ -157,5 +169,246 @@ export async function gatewayBench(requests = 20_000, clients = 64): Promise<voi
   } finally {
     await gateway.close(1000);
     await Promise.all(upstreams.map((u) => u.shutdown()));
+  }
+}
+
+/** A streaming upstream: each completion streams `tokens` events `gapMs` apart, the first at once. */
+function streamingUpstream(tokens: number, gapMs: number): Deno.HttpServer<Deno.NetAddr> {
+  const encoder = new TextEncoder();
+  const chunk = (i: number) =>
+    encoder.encode(`data: ${
+      JSON.stringify({
+        id: "cmpl-0",
+        object: "text_completion",
+        created: 0,
+        model: "sim",
+        choices: [{
+          index: 0,
+          text: ` t${i}`,
+          logprobs: null,
+          finish_reason: i === tokens - 1 ? "length" : null,
+        }],
+      })
+    }\n\n`);
+  return Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, (request) => {
+    if (new URL(request.url).pathname === "/metrics") return new Response("vllm:num_requests_waiting 0\n");
+    let i = 0;
+    let timer: ReturnType<typeof setInterval> | undefined;
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(chunk(i++));
+        timer = setInterval(() => {
+          if (i < tokens) return controller.enqueue(chunk(i++));
+          clearInterval(timer);
+          controller.enqueue(encoder.encode("data: [DONE]\n\n"));
+          controller.close();
+        }, gapMs);
+      },
+      cancel: () => clearInterval(timer),
+    });
+    return new Response(body, { headers: { "content-type": "text/event-stream" } });
+  });
+}
+
+/** Wall ms from sending a streamed completion to its first `data:` bytes; then reads it to the end. */
+async function timeToFirstEvent(url: string): Promise<number> {
+  const start = performance.now();
+  const response = await fetch(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: "sim", prompt: `hello ${Math.random()}`, max_tokens: 8, stream: true }),
+  });
+  const reader = response.body!.getReader();
+  await reader.read();
+  const ms = performance.now() - start;
+  while (!(await reader.read()).done) { /* to the end */ }
+  return ms;
+}
+
+/**
+ * `stream`: what the gateway adds to a streamed request's time to first
+ * event: 500 streamed requests at 50 requests/s (8 events 5 ms apart each)
+ * to a streaming upstream, straight and through the gateway, one after the
+ * other in this process; the percentiles of each and of the difference.
+ */
+export async function streamBench(requests = 500, ratePerSec = 50): Promise<void> {
+  const upstream = streamingUpstream(8, 5);
+  const url = `http://127.0.0.1:${upstream.addr.port}`;
+  const config = parseScenario({ policy: { name: "round_robin" }, router: { cacheView: "approximate" } });
+  const gateway = await loopbackGateway(config, [url]);
+  const run = async (target: string) => {
+    const times: Promise<number>[] = [];
+    const start = performance.now();
+    for (let i = 0; i < requests; i++) {
+      const wait = start + (i * 1000) / ratePerSec - performance.now();
+      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+      times.push(timeToFirstEvent(target));
+    }
+    return (await Promise.all(times)).sort((a, b) => a - b);
+  };
+  try {
+    await run(gateway.url); // warm-up
+    const direct = await run(url);
+    const routed = await run(gateway.url);
+    const q = (v: number[], p: number) => v[Math.min(v.length - 1, Math.floor(p * v.length))].toFixed(1);
+    console.log(
+      `stream (${requests} streamed requests at ${ratePerSec}/s, time to the first event, wall ms):`,
+    );
+    console.log(
+      `  straight upstream    p50 ${q(direct, 0.5)}, p90 ${q(direct, 0.9)}, p99 ${q(direct, 0.99)}`,
+    );
+    console.log(
+      `  through the gateway  p50 ${q(routed, 0.5)}, p90 ${q(routed, 0.9)}, p99 ${q(routed, 0.99)}`,
+    );
+  } finally {
+    await gateway.close(1000);
+    await upstream.shutdown();
+  }
+}
+
+/**
+ * Every 5 s, 50 idle connections and 5 that send a header byte a second, to
+ * `port`, each closed here once the server closes it (the client's
+ * descriptors are this process's too); `stop` ends them all.
+ */
+function hostileClients(port: number, perRound = 55) {
+  const counts = { idle: 0, slow: 0, refused: 0 };
+  const held = new Set<Deno.Conn>();
+  const stopped = new AbortController();
+  const close = (c: Deno.Conn) => {
+    held.delete(c);
+    try {
+      c.close();
+    } catch { /* closed */ }
+  };
+  const hold = (c: Deno.Conn) => {
+    held.add(c);
+    c.read(new Uint8Array(1024)).catch(() => null).finally(() => close(c));
+  };
+  const head = new TextEncoder().encode("GET /health HTTP/1.1\r\nhost: soak\r\nx-slow: yes\r\n\r\n");
+  const trickle = async (c: Deno.Conn) => {
+    for (const byte of head) {
+      if (stopped.signal.aborted || !await c.write(Uint8Array.of(byte)).then(() => true, () => false)) return;
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  };
+  const opener = setInterval(() => {
+    for (let i = 0; i < perRound; i++) {
+      Deno.connect({ port }).then((c) => {
+        hold(c);
+        if (i < 50) {
+          counts.idle++;
+        } else {
+          counts.slow++;
+          trickle(c);
+        }
+      }, () => counts.refused++);
+    }
+  }, 5000);
+  return {
+    counts,
+    stop() {
+      clearInterval(opener);
+      stopped.abort();
+      for (const c of [...held]) close(c);
+    },
+  };
+}
+
+/** The serve task's `deno run` arguments, from deno.json, with `args` after them. */
+function serveTaskArgs(args: readonly string[]): string[] {
+  const deno = JSON.parse(Deno.readTextFileSync(new URL("../../deno.json", import.meta.url)));
+  return [...String(deno.tasks.serve).trim().split(/\s+/).slice(1), ...args];
+}
+
+/** Starts `deno task serve` with `args` as a child; its gateway's URL once it serves. */
+async function spawnServe(args: readonly string[]): Promise<{ child: Deno.ChildProcess; gateway: string }> {
+  const child = new Deno.Command("deno", {
+    args: serveTaskArgs(args),
+    cwd: new URL("../../", import.meta.url),
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  let out = "";
+  for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
+    out += chunk;
+    const gateway = /^gateway: (\S+)/m.exec(out)?.[1];
+    if (gateway !== undefined && /^serving at/m.test(out)) return { child, gateway };
+  }
+  throw new Error(`serve ended before it served:\n${out}`);
+}
+
+/** One figure of `samples`: the sum over the series of `name` whose labels include `labels`. */
+function figure(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): number {
+  return samples.filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
+    .reduce((sum, x) => sum + x.value, 0);
+}
+
+/**
+ * `soak`: `deno task serve` (the gateway and 4 simulated batching instances,
+ * real time) as a process of its own, under a steady 20 streamed requests/s
+ * from this process for `seconds` (SOAK_SECONDS, default 180), while every
+ * 5 s 50 idle connections and 5 clients sending a header byte a second are
+ * opened beside them (none with SOAK_QUIET=1) and left to the servers'
+ * timeouts (30 s). Every 15 s one line from the gateway's `/metrics`: the
+ * server process's resident memory, requests (ok, failed), connections open
+ * and closed by the headers and idle timeouts, accepts that found no
+ * descriptor. A leak shows as a figure that grows line after line; a bound,
+ * as one that levels off.
+ */
+export async function soakBench(seconds = Number(Deno.env.get("SOAK_SECONDS") ?? 180)): Promise<void> {
+  const rate = 20;
+  const scenario = {
+    policy: { name: "prefix_aware" },
+    router: { cacheView: "approximate" },
+    instances: { count: 4, model: "batching" },
+    workload: { requests: rate * seconds, ratePerSec: rate },
+  } as const;
+  const config = parseScenario(scenario);
+  const served = await spawnServe(["--model", "batching", "--instances", "4", "--policy", "prefix_aware"]);
+  const quiet = Deno.env.get("SOAK_QUIET") === "1";
+  const hostile = hostileClients(Number(new URL(served.gateway).port), quiet ? 0 : 55);
+  const start = performance.now();
+  const line = async () => {
+    const samples = parsePrometheus(await (await fetch(`${served.gateway}/metrics`)).text());
+    const ok = figure(samples, "gateway_requests_total", { outcome: "completed" });
+    const failed = ["failed", "broken", "unavailable"].reduce(
+      (sum, outcome) => sum + figure(samples, "gateway_requests_total", { outcome }),
+      0,
+    );
+    console.log(
+      `  ${((performance.now() - start) / 1000).toFixed(0).padStart(4)} s  serve rss ${
+        (figure(samples, "process_resident_memory_bytes") / 2 ** 20).toFixed(0).padStart(4)
+      } MB (heap ${
+        (figure(samples, "deno_heap_used_bytes") / 2 ** 20).toFixed(0)
+      } MB)  requests ok ${ok} failed ${failed}  connections open ${
+        figure(samples, "gateway_connections_open")
+      }, closed: headers timeout ${
+        figure(samples, "gateway_connections_closed_total", { reason: "headers_timeout" })
+      }, idle ${figure(samples, "gateway_connections_closed_total", { reason: "idle_timeout" })}  ` +
+        `descriptor errors ${figure(samples, "gateway_accept_descriptor_errors_total")}`,
+    );
+  };
+  console.log(
+    `soak (deno task serve: gateway + 4 batching instances; ${rate} streamed requests/s for ${seconds} s` +
+      `${quiet ? "" : ", 50 idle and 5 slow-header connections opened every 5 s"}):`,
+  );
+  const sampler = setInterval(
+    () => line().catch((e) => console.log(`  /metrics failed: ${e.message}`)),
+    15_000,
+  );
+  try {
+    const result = await loadInRealTime(served.gateway, config);
+    await line();
+    console.log(
+      `  load: ${result.completed} completed, ${result.failed} failed, ${result.dropped} dropped of ` +
+        `${result.requests}; idle connections opened ${hostile.counts.idle}, slow ${hostile.counts.slow}, ` +
+        `refused ${hostile.counts.refused}`,
+    );
+  } finally {
+    hostile.stop();
+    clearInterval(sampler);
+    served.child.kill("SIGTERM");
+    await served.child.status;
   }
 }
