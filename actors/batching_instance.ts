@@ -946,20 +946,14 @@ export class BatchingInstance extends InstanceActor<Own> {
   #finish(seq: Sequence, now: number, ctx: ActorContext<BatchingCommand>): void {
     this.#account(now);
     this.cache.release(seq.blockKeys, seq.keys, seq.privateBlocks);
-    const { request } = seq;
     const record: CompletionRecord = {
-      requestId: request.id,
-      instance: this.index,
-      arrivalMs: request.arrivalMs,
-      startMs: seq.startMs,
-      firstTokenMs: seq.firstTokenMs,
-      endMs: now + this.#options.requestOverheadMs,
-      promptTokens: request.prefixTokens + request.suffixTokens,
-      cachedTokens: seq.cachedTokens,
-      outputTokens: Math.max(1, request.outputTokens),
-      preemptions: seq.preemptions,
-      routing: seq.command.routing,
-      ...(request.sloClass !== undefined ? { sloClass: request.sloClass } : {}),
+      ...this.engineRecord(seq.command, {
+        startMs: seq.startMs,
+        firstTokenMs: seq.firstTokenMs,
+        endMs: now + this.#options.requestOverheadMs,
+        cachedTokens: seq.cachedTokens,
+        preemptions: seq.preemptions,
+      }),
       ...(seq.hostTokens > 0 ? { hostCachedTokens: seq.hostTokens } : {}),
       ...(seq.command.leg?.phase === "decode" ? { prefillInstance: seq.command.leg.prefill.index } : {}),
       ...(seq.kvTransferMs >= 0 ? { kvTransferMs: seq.kvTransferMs, kvQueueMs: seq.kvQueueMs } : {}),

@@ -336,6 +336,38 @@ export abstract class InstanceActor<Own extends Message>
     this.reportServed(command, ctx);
   }
 
+  /**
+   * The record of `command`'s request as an engine that bills at least one
+   * output token (batching, slots) finishes it: its times, cached tokens and
+   * preemptions as the engine kept them.
+   */
+  protected engineRecord(
+    command: ServeCommand,
+    run: {
+      readonly startMs: number;
+      readonly firstTokenMs: number;
+      readonly endMs: number;
+      readonly cachedTokens: number;
+      readonly preemptions: number;
+    },
+  ): CompletionRecord {
+    const { request } = command;
+    return {
+      requestId: request.id,
+      instance: this.index,
+      arrivalMs: request.arrivalMs,
+      startMs: run.startMs,
+      firstTokenMs: run.firstTokenMs,
+      endMs: run.endMs,
+      promptTokens: request.prefixTokens + request.suffixTokens,
+      cachedTokens: run.cachedTokens,
+      outputTokens: Math.max(1, request.outputTokens),
+      preemptions: run.preemptions,
+      routing: command.routing,
+      ...(request.sloClass !== undefined ? { sloClass: request.sloClass } : {}),
+    };
+  }
+
   /** Sends a finished request's record to the metrics and counts it (for the replica that sent `command`). */
   protected complete(
     record: CompletionRecord,

@@ -12,7 +12,6 @@ import { type BlockKeys, blockKeys, type CachedRuns, leadingCachedBlocks } from 
 import { PriorityFifo } from "./priority_fifo.ts";
 import {
   assertNever,
-  type CompletionRecord,
   type DropReason,
   type InstanceStats,
   type InstanceStatus,
@@ -493,21 +492,13 @@ export class SlotInstance extends InstanceActor<Own> {
   #finish(slot: Slot, task: Task, now: number, ctx: ActorContext<SlotCommand>): void {
     slot.task = undefined;
     slot.lastUsed = this.#releases++;
-    const { request } = task;
-    const record: CompletionRecord = {
-      requestId: request.id,
-      instance: this.index,
-      arrivalMs: request.arrivalMs,
+    const record = this.engineRecord(task.command, {
       startMs: task.startMs,
       firstTokenMs: task.firstTokenMs,
       endMs: now + this.#options.requestOverheadMs,
-      promptTokens: request.prefixTokens + request.suffixTokens,
       cachedTokens: task.cachedTokens,
-      outputTokens: Math.max(1, request.outputTokens),
       preemptions: 0,
-      routing: task.command.routing,
-      ...(request.sloClass !== undefined ? { sloClass: request.sloClass } : {}),
-    };
+    });
     this.complete(record, task.command, ctx);
   }
 

@@ -21,7 +21,7 @@ import {
   resolveTracePath,
   scenarioPath,
 } from "./scenario.ts";
-import { fileSystemErrorMessage } from "./file_system_error.ts";
+import { fileSystemErrorMessage, osErrorCode } from "./file_system_error.ts";
 import { UsageError } from "./usage_error.ts";
 
 /** A numeric scenario flag: where it lands in the scenario, whether it must be whole, whether `inf` is accepted. */
@@ -635,19 +635,9 @@ const OS_RESOURCES: Readonly<Record<string, string>> = {
  * files (os error 24)`…) says in plain words, or undefined for any other error.
  */
 export function osResourceMessage(error: unknown): string | undefined {
-  const code = (error as { code?: unknown } | null)?.code ??
-    OS_ERROR_CODES[/\(os error (\d+)\)/.exec(String((error as Error | null)?.message))?.[1] ?? ""];
-  return typeof code === "string" && Object.hasOwn(OS_RESOURCES, code) ? OS_RESOURCES[code] : undefined;
+  const code = osErrorCode(error);
+  return code !== undefined && Object.hasOwn(OS_RESOURCES, code) ? OS_RESOURCES[code] : undefined;
 }
-
-/** Linux's numbers for {@linkcode OS_RESOURCES}' codes, for an error that carries only its message. */
-const OS_ERROR_CODES: Readonly<Record<string, string>> = {
-  "11": "EAGAIN",
-  "12": "ENOMEM",
-  "23": "ENFILE",
-  "24": "EMFILE",
-  "28": "ENOSPC",
-};
 
 /**
  * Runs a command-line entry point with the exit-code contract: a

@@ -55,3 +55,23 @@ export function withPath(error: unknown, operation: string, path: string): unkno
     code: (error as { code?: unknown }).code,
   });
 }
+
+/** Linux's numbers for the resource errors a command names, for an error that carries only its message. */
+const OS_ERROR_CODES: Readonly<Record<string, string>> = {
+  "11": "EAGAIN",
+  "12": "ENOMEM",
+  "23": "ENFILE",
+  "24": "EMFILE",
+  "28": "ENOSPC",
+};
+
+/**
+ * The operating system's error code of `error` (`EMFILE`…): its `code`, or
+ * one read from a message's `(os error N)` (fetch's wrapped errors carry
+ * only that); undefined for another error.
+ */
+export function osErrorCode(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code ??
+    OS_ERROR_CODES[/\(os error (\d+)\)/.exec(String((error as Error | null)?.message))?.[1] ?? ""];
+  return typeof code === "string" ? code : undefined;
+}

@@ -193,13 +193,17 @@ async function serveSettings(values: ServeFlags) {
       integer: true,
     }),
     upstreamTimeoutMs: numberFlag("--upstream-timeout-ms", values["upstream-timeout-ms"], 60000),
-    headersTimeoutMs: numberFlag(
-      "--headers-timeout-ms",
-      values["headers-timeout-ms"],
-      DEFAULT_HEADERS_TIMEOUT_MS,
-    ),
-    idleTimeoutMs: numberFlag("--idle-timeout-ms", values["idle-timeout-ms"], DEFAULT_IDLE_TIMEOUT_MS),
     connections,
+    // What every server (the gateway, each instance) accepts of its clients.
+    limits: {
+      headersTimeoutMs: numberFlag(
+        "--headers-timeout-ms",
+        values["headers-timeout-ms"],
+        DEFAULT_HEADERS_TIMEOUT_MS,
+      ),
+      idleTimeoutMs: numberFlag("--idle-timeout-ms", values["idle-timeout-ms"], DEFAULT_IDLE_TIMEOUT_MS),
+      maxConnections: connections.perServer,
+    },
   };
 }
 
@@ -233,12 +237,7 @@ function connectionBudget(values: ServeFlags, remote: boolean, noGateway: boolea
   }
   // The instances together: what the gateway's connections leave (its clients' and its upstream ones).
   const fleetSlots = noGateway ? available : Math.max(1, available - 2 * perServer);
-  return {
-    what,
-    gateway: perServer,
-    instances: perServer,
-    fleetPool: new ConnectionPool(fleetSlots),
-  };
+  return { what, perServer, fleetPool: new ConnectionPool(fleetSlots) };
 }
 
 type ServeSettings = Awaited<ReturnType<typeof serveSettings>>;
@@ -257,13 +256,7 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
     scrapeTimeoutMs: settings.scrapeTimeoutMs,
     scrapeFailures: settings.scrapeFailures,
     upstreamTimeoutMs: settings.upstreamTimeoutMs,
-    connections: {
-      limits: {
-        headersTimeoutMs: settings.headersTimeoutMs,
-        idleTimeoutMs: settings.idleTimeoutMs,
-        maxConnections: settings.connections.gateway,
-      },
-    },
+    connections: { limits: settings.limits },
     // Named on the command line: the gateway itself answers 404 for other models (real upstreams may serve several).
     ...(settings.servedModelNameGiven && { servedModelName: settings.servedModelName }),
     plugin: plugin && {
@@ -342,14 +335,7 @@ if (import.meta.main) {
         maxBodyBytes: settings.maxBodyBytes,
         maxModelLen: settings.maxModelLen,
         wallTime: systemWallTime,
-        connections: {
-          limits: {
-            headersTimeoutMs: settings.headersTimeoutMs,
-            idleTimeoutMs: settings.idleTimeoutMs,
-            maxConnections: settings.connections.instances,
-          },
-          pool: settings.connections.fleetPool,
-        },
+        connections: { limits: settings.limits, pool: settings.connections.fleetPool },
         onError: (error) => {
           console.error(`run failed: ${oneLine(error.message)}`);
           Deno.exit(1);
@@ -369,7 +355,7 @@ if (import.meta.main) {
     }
     const { connections } = settings;
     console.log(
-      `serving at speed ${settings.speed}×; at most ${connections.gateway} connections per server ` +
+      `serving at speed ${settings.speed}×; at most ${connections.perServer} connections per server ` +
         `(${connections.what}); SIGTERM or Ctrl-C stops`,
     );
     await serveUntilSignal(fleet, gateway);

@@ -92,3 +92,17 @@ export function messageLine(stderr: string): string {
   assert(!/^\s+at /m.test(stderr), `stack trace:\n${stderr}`);
   return lines[0];
 }
+
+/** Runs `jobs` with at most `limit` at once; their results in order. */
+export async function inParallel<T>(jobs: readonly (() => Promise<T>)[], limit: number): Promise<T[]> {
+  const results = new Array<T>(jobs.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < jobs.length) {
+      const i = next++;
+      results[i] = await jobs[i]();
+    }
+  };
+  await Promise.all(Array.from({ length: limit }, worker));
+  return results;
+}

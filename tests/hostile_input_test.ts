@@ -5,7 +5,7 @@
  * trace, and that nothing on disk changed.
  */
 import { assert, assertEquals, assertMatch } from "@std/assert";
-import { messageLine } from "./_cli.ts";
+import { inParallel, messageLine } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const HOSTILE = "tests/fixtures/hostile";
@@ -211,20 +211,6 @@ async function snapshot(dir: string): Promise<Map<string, string>> {
 }
 
 const CANARIES = ["/tmp/rrs_pwned_ffi", "/tmp/rrs_pwned_run", `${ROOT}results/PWNED.txt`];
-
-/** Runs `jobs` with at most `limit` at once. */
-async function inParallel<T>(jobs: readonly (() => Promise<T>)[], limit: number): Promise<T[]> {
-  const results = new Array<T>(jobs.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length) {
-      const i = next++;
-      results[i] = await jobs[i]();
-    }
-  };
-  await Promise.all(Array.from({ length: limit }, worker));
-  return results;
-}
 
 for (const mode of ALL) {
   const cases = [...PLUGINS, ...BAD_INPUTS].filter((c) => c.modes.includes(mode));

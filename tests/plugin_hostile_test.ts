@@ -15,7 +15,7 @@ import { checkPluginImports, pluginImportRules } from "../scenarios/plugin_impor
 import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
 import { UsageError } from "../scenarios/usage_error.ts";
 import { systemWallTime } from "../scenarios/wall_time.ts";
-import { type CliOutput, messageLine } from "./_cli.ts";
+import { type CliOutput, inParallel, messageLine } from "./_cli.ts";
 import { scenario } from "./_scenarios.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -62,20 +62,6 @@ async function command(
   }).output();
   const decode = (b: Uint8Array) => new TextDecoder().decode(b);
   return { code: output.code, stdout: decode(output.stdout), stderr: decode(output.stderr) };
-}
-
-/** Runs `jobs` with at most `limit` at once. */
-async function inParallel<T>(jobs: readonly (() => Promise<T>)[], limit: number): Promise<T[]> {
-  const results = new Array<T>(jobs.length);
-  let next = 0;
-  const worker = async () => {
-    while (next < jobs.length) {
-      const i = next++;
-      results[i] = await jobs[i]();
-    }
-  };
-  await Promise.all(Array.from({ length: limit }, worker));
-  return results;
 }
 
 /** One hostile plugin in one mode, and the exit code and one line it must end with. */

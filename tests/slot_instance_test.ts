@@ -5,24 +5,14 @@ import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { EVENT_DRIVEN } from "../actors/serving_instance.ts";
 import { SlotInstance, type SlotInstanceOptions } from "../actors/slot_instance.ts";
 import { Recorder } from "./_recorder.ts";
+import { SMALL_ENGINE } from "./_engine.ts";
 
 /**
  * Two slots of 8,000 tokens, n_batch 256: a step costs 5 ms + 0.01 ms per
  * prompt token + 0.1 ms per generating slot (the batching tests' engine).
  */
-const ENGINE: SlotInstanceOptions = Object.freeze({
-  stepMs: 5,
-  prefillMsPerToken: 0.01,
-  decodeMsPerSeq: 0.1,
-  requestOverheadMs: 0,
-  blockTokens: 16,
-  kvBlocks: 1000,
-  maxBatchTokens: 256,
-  slots: 2,
-  slotSimilarity: 0.5,
-  prefixCaching: true,
-  maxQueue: Infinity,
-});
+const { maxSeqs: _, ...SHARED } = SMALL_ENGINE;
+const ENGINE: SlotInstanceOptions = Object.freeze({ ...SHARED, slots: 2, slotSimilarity: 0.5 });
 
 /** A request of prefix group `group` (its `prefix` tokens keyed), or unique (`group` −1: nothing keyed). */
 const req = (

@@ -250,7 +250,6 @@ export function gatewayConfig(
       cacheView: "approximate",
       statusIntervalMs: 0,
       networkDelayMs: 0,
-      statusTtlMs: config.router.statusTtlMs ?? Infinity,
       upstreamFailures: true,
     },
     faults: undefined,

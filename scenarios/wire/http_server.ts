@@ -25,6 +25,8 @@
  * `content-length`.
  */
 
+import { osErrorCode } from "../file_system_error.ts";
+
 /** What one server accepts of its clients. */
 export interface ConnectionLimits {
   /** Wall ms a client may take to send a request's complete headers (from the accept, or from the request's first byte). */
@@ -216,9 +218,8 @@ const CRLF = encoder.encode("\r\n");
 
 /** Whether `error` is the process (or system) running out of descriptors. */
 export function isDescriptorExhaustion(error: unknown): boolean {
-  const code = (error as { code?: unknown })?.code;
-  return code === "EMFILE" || code === "ENFILE" ||
-    /too many open files/i.test(String((error as Error)?.message ?? error));
+  const code = osErrorCode(error);
+  return code === "EMFILE" || code === "ENFILE";
 }
 
 class Server implements HttpServer {
@@ -232,6 +233,13 @@ class Server implements HttpServer {
   #closed = false;
   #accepting: Promise<void>;
   #slotFreed: (() => void) | undefined;
+  /** Resolves the shutdown's wait for the last connection. */
+  #allEnded: (() => void) | undefined;
+  /** The timer that closes connections past their deadline. */
+  readonly #sweep: ReturnType<typeof setInterval>;
+  /** When it last said it stopped accepting, and the stops since that it did not say. */
+  #lastStopLineMs = -Infinity;
+  #unsaid = 0;
   readonly #stats: { -readonly [K in Exclude<keyof ConnectionStats, "open">]: number } = {
     ...NO_CONNECTIONS,
   };
@@ -257,8 +265,6 @@ class Server implements HttpServer {
     Deno.unrefTimer(this.#sweep);
   }
 
-  readonly #sweep: ReturnType<typeof setInterval>;
-
   get limits(): ConnectionLimits {
     return this.#limits;
   }
@@ -280,8 +286,6 @@ class Server implements HttpServer {
     this.#slotFreed = undefined;
     if (this.#closed && this.#connections.size === 0) this.#allEnded?.();
   }
-
-  #allEnded: (() => void) | undefined;
 
   get closed(): boolean {
     return this.#closed;
@@ -312,9 +316,6 @@ class Server implements HttpServer {
   get #name(): string {
     return this.#options.name ?? `server ${this.addr.hostname}:${this.addr.port}`;
   }
-
-  #lastStopLineMs = -Infinity;
-  #unsaid = 0;
 
   /** Says that it stopped accepting: at most one line per 10 s, counting the stops it did not say. */
   #stopped(line: string): number {
