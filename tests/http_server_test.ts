@@ -150,14 +150,15 @@ Deno.test("a client that does not finish its headers within headersTimeoutMs is 
 });
 
 Deno.test("a keep-alive connection idle past idleTimeoutMs is closed; one in use is not", async () => {
-  await withServer({ limits: { idleTimeoutMs: 300 } }, async (server, port) => {
+  await withServer({ limits: { idleTimeoutMs: 1000 } }, async (server, port) => {
     const busy = await Deno.connect({ port });
     const idle = await Deno.connect({ port });
     await idle.write(encoder.encode("GET /once HTTP/1.1\r\n\r\n"));
     await readUntil(idle, /GET \/once $/);
     const idleEnd = readUntil(idle);
-    // The busy one asks every 100 ms for 1.2 s (four idle timeouts) and stays open.
-    for (let i = 0; i < 12; i++) {
+    // The busy one asks every 100 ms (a tenth of the timeout: a loaded machine's stalls fit in
+    // between) for 3 s, three idle timeouts, and stays open.
+    for (let i = 0; i < 30; i++) {
       await busy.write(encoder.encode(`GET /${i} HTTP/1.1\r\n\r\n`));
       const { ended } = await readUntil(busy, new RegExp(`GET /${i} $`));
       assert(!ended, `the busy connection was closed at its request ${i}`);
