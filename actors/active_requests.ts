@@ -6,6 +6,7 @@
  * prefix the router believed cached) and the distinct prompt blocks of the
  * active requests (shared prefix blocks once), from dispatch to finish.
  */
+import { NumberTable } from "./number_table.ts";
 import type { BlockKeys } from "./prefix_keys.ts";
 import type { Request } from "./protocol.ts";
 
@@ -25,16 +26,21 @@ export class ActiveRequests {
   readonly prefillTokens: Float64Array;
   /** Per instance: distinct prompt blocks of the requests dispatched and not finished. */
   readonly blocks: Float64Array;
-  readonly #entries: Map<number, Entry>[];
+  /**
+   * Per instance: request id → its entry. Tables, not `Map`s: a long-lived
+   * `Map` reallocates its table in the old generation whenever it grows or
+   * shrinks, and this one churns with every request (design.md, "Performance").
+   */
+  readonly #entries: NumberTable<Entry>[];
   /** Per instance: run key → the blocks of that run each active request uses. */
-  readonly #runs: Map<number, number[]>[];
+  readonly #runs: NumberTable<number[]>[];
   readonly #blockTokens: number;
 
   constructor(instanceCount: number, blockTokens: number) {
     this.prefillTokens = new Float64Array(instanceCount);
     this.blocks = new Float64Array(instanceCount);
-    this.#entries = Array.from({ length: instanceCount }, () => new Map());
-    this.#runs = Array.from({ length: instanceCount }, () => new Map());
+    this.#entries = Array.from({ length: instanceCount }, () => new NumberTable<Entry>(16));
+    this.#runs = Array.from({ length: instanceCount }, () => new NumberTable<number[]>(16));
     this.#blockTokens = blockTokens;
   }
 
@@ -45,7 +51,7 @@ export class ActiveRequests {
    */
   add(instance: number, request: Request, keys: BlockKeys, overlapBlocks: number): void {
     const entries = this.#entries[instance];
-    if (entries.has(request.id)) this.#remove(instance, request.id);
+    if (entries.get(request.id) !== undefined) this.#remove(instance, request.id);
     const B = this.#blockTokens, prompt = request.prefixTokens + request.suffixTokens;
     const prefillTokens = Math.max(0, prompt - overlapBlocks * B);
     const runs: number[] = [];
@@ -104,7 +110,7 @@ export class ActiveRequests {
 
   /** Request `requestId` finished (or failed) at `instance`: nothing of it is active there any more. */
   finished(instance: number, requestId: number): void {
-    if (this.#entries[instance].has(requestId)) this.#remove(instance, requestId);
+    if (this.#entries[instance].get(requestId) !== undefined) this.#remove(instance, requestId);
   }
 
   #remove(instance: number, requestId: number): void {

@@ -215,7 +215,8 @@ interface Stretch {
 export class BatchingInstance extends InstanceActor<Own> {
   readonly cache: KvBlockCache;
   readonly #options: BatchingInstanceOptions;
-  #waiting: Sequence[] = [];
+  /** Waiting sequences from `#waitingHead` on; admitted ones leave an empty slot (nothing retains them). */
+  #waiting: (Sequence | undefined)[] = [];
   #waitingHead = 0;
   readonly #running: Sequence[] = [];
   #stepping = false;
@@ -232,6 +233,22 @@ export class BatchingInstance extends InstanceActor<Own> {
   #stretch: Stretch | undefined;
   readonly #coalesce: boolean;
   readonly #eventDriven: boolean;
+  /**
+   * Reports go on a board and the router reads load signals: a stretch's
+   * skipped step boundaries are posted when the router asks (`#pullStretch`)
+   * or the stretch ends, instead of breaking every stretch into steps.
+   */
+  readonly #pullsLoad: boolean;
+  /** Step boundaries of the stretch in progress whose state is posted (0: its start's). */
+  #postedBoundary = 0;
+  /** The board's puller of this instance's stretch (see `#pullsLoad`). */
+  readonly #pullStretch = (nowMs: number): boolean => {
+    const stretch = this.#stretch;
+    if (stretch === undefined) return false;
+    this.#catchUp(nowMs, false);
+    this.#postBoundaries(stretch);
+    return true;
+  };
   /** Admitted sequences still owed their first token. */
   #prefilling = 0;
   /** Sequences by KV tokens mod block size, for the stretch in progress. */
@@ -280,9 +297,11 @@ export class BatchingInstance extends InstanceActor<Own> {
       }
     };
     // Stretches keep every report where it was: none is due inside one when
-    // the instance reports on change and no load signal is watched.
+    // the instance reports on change and no load signal is watched — or the
+    // load signals are pulled, their changes posted at their boundaries.
     this.#eventDriven = reporting.intervalMs === 0;
-    this.#coalesce = this.#eventDriven && !reporter.wantsLoadSignals;
+    this.#pullsLoad = reporter.pulled && reporter.wantsLoadSignals;
+    this.#coalesce = this.#eventDriven && (!reporter.wantsLoadSignals || this.#pullsLoad);
   }
 
   /** Requests waiting for admission. */
@@ -525,7 +544,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     if (priority === undefined || waiting.length === this.#waitingHead) waiting.push(seq);
     else {
       let at = waiting.length;
-      while (at > this.#waitingHead && (waiting[at - 1].request.priority ?? 0) < priority) at--;
+      while (at > this.#waitingHead && (waiting[at - 1]!.request.priority ?? 0) < priority) at--;
       waiting.splice(at, 0, seq);
     }
     this.#waitingPromptTokens += this.#toPrefill(seq);
@@ -599,9 +618,9 @@ export class BatchingInstance extends InstanceActor<Own> {
     // empty (its next, immediate schedule() would admit them).
     const mayAdmit = this.#preemptions === preemptionsBefore || prefillTokens + decoding === 0;
     while (mayAdmit && budget > 0 && running.length < o.maxSeqs && this.waiting > 0) {
-      const seq = this.#waiting[this.#waitingHead];
+      const seq = this.#waiting[this.#waitingHead]!;
       if (!this.#admit(seq, budget, ctx)) break;
-      this.#waitingHead++;
+      this.#waiting[this.#waitingHead++] = undefined;
       this.#waitingPromptTokens -= this.#toPrefill(seq);
       running.push(seq);
       if (seq.awaitingKv) continue;
@@ -611,7 +630,8 @@ export class BatchingInstance extends InstanceActor<Own> {
       if (attention > 0) contextPairs += contextPairsOf(seq.computed, seq.chunk);
       this.#cacheScheduled(seq, ctx.now());
     }
-    if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
+    if (this.#waitingHead === this.#waiting.length) this.#waiting.length = this.#waitingHead = 0;
+    else if (this.#waitingHead > 1024 && this.#waitingHead * 2 > this.#waiting.length) {
       this.#waiting = this.#waiting.slice(this.#waitingHead);
       this.#waitingHead = 0;
     }
@@ -688,6 +708,10 @@ export class BatchingInstance extends InstanceActor<Own> {
       nextMs: now + stepMs,
       timer: ctx.scheduleAt(endMs, STEP_DONE),
     };
+    if (this.#pullsLoad) {
+      this.#postedBoundary = 0;
+      this.reporter.board!.watch(this.index, this.#pullStretch);
+    }
     return true;
   }
 
@@ -745,7 +769,13 @@ export class BatchingInstance extends InstanceActor<Own> {
   /** A message arrived mid-stretch: apply it up to now and go on step by step from the step in progress. */
   #endStretch(ctx: ActorContext<BatchingCommand>): void {
     const stretch = this.#stretch!;
+    if (this.#pullsLoad) {
+      // The boundaries before now stand for reports sent before now; one at now, for one sent now.
+      this.#catchUp(ctx.now(), false);
+      this.#postBoundaries(stretch);
+    }
     this.#catchUp(ctx.now());
+    if (this.#pullsLoad) this.#postBoundaries(stretch);
     this.#stretch = undefined;
     if (stretch.applied + 1 < stretch.steps) {
       ctx.cancel(stretch.timer);
@@ -884,6 +914,8 @@ export class BatchingInstance extends InstanceActor<Own> {
     const now = ctx.now();
     if (this.#stretch !== undefined) {
       this.#catchUp(now);
+      // Its last boundaries (all before now) stand for reports sent before this step's.
+      if (this.#pullsLoad) this.#postBoundaries(this.#stretch);
       this.#stretch = undefined;
     }
     const running = this.#running;
@@ -1002,8 +1034,23 @@ export class BatchingInstance extends InstanceActor<Own> {
     this.#lastAccountMs = now;
   }
 
-  /** Reports status when counts changed (or always, on accept and drop); cache events ride along. */
-  #report(ctx: ActorContext<BatchingCommand>, always: boolean): void {
+  /**
+   * Posts the state of `stretch`'s last applied step boundary, if the board
+   * has not had it yet, as the report a step-by-step run would have sent
+   * there (when anything it carries changed).
+   */
+  #postBoundaries(stretch: Stretch): void {
+    if (stretch.applied <= this.#postedBoundary) return;
+    this.#postedBoundary = stretch.applied;
+    this.#report(undefined, false, stretch.appliedMs);
+  }
+
+  /**
+   * Reports status when counts changed (or always, on accept and drop);
+   * cache events ride along. On a board, `atMs` dates a report of a step
+   * boundary a stretch skipped (and `ctx` may be absent).
+   */
+  #report(ctx: ActorContext<BatchingCommand> | undefined, always: boolean, atMs?: number): void {
     const replyTo = this.#replyTo;
     if (replyTo === undefined) return;
     // On change, a prefill finishing is news too (hybrid gates on `queued`); a
@@ -1026,7 +1073,7 @@ export class BatchingInstance extends InstanceActor<Own> {
     last[1] = this.#running.length;
     last[2] = this.finished;
     last[3] = prefilling;
-    this.reporter.changed(ctx, replyTo);
+    this.reporter.changed(ctx, replyTo, atMs);
   }
 
   protected status(): InstanceStatus {

@@ -42,6 +42,26 @@ export interface CacheView {
    * cannot serve independent replicas
    */
   emptyCopy?(): CacheView;
+  /**
+   * From now on, calls `listener` whenever the view starts or stops
+   * believing that an instance holds a *holder key*: a prefix group (the
+   * group unit), or a block run with at least its first block cached (the
+   * block unit; a request can match only where its first run is held). For
+   * the router's holder index (`actors/fleet_index.ts`). It first tells
+   * what each instance holds already. @returns false when the view cannot
+   * say (a host tier: a match may start in host memory) @default absent: it
+   * cannot
+   */
+  watchHolders?(listener: HolderListener): boolean;
+}
+
+/** Told that the view now believes `instance` holds `key` (`held`), or no longer does. */
+export type HolderListener = (instance: number, key: number, held: boolean) => void;
+
+/** The key a request's match hangs on (see {@linkcode CacheView.watchHolders}); -1: it can match nothing. */
+export function holderKey(unit: "groups" | "blocks", request: Request, keys: BlockKeys): number {
+  if (keys.count === 0) return -1;
+  return unit === "groups" ? request.prefixGroup : keys.runKey(0);
 }
 
 /** Options for {@linkcode createCacheView}. */
@@ -129,6 +149,7 @@ export class ExactCacheView implements CacheView {
   readonly #totals: Float64Array;
   readonly #unit: "groups" | "blocks";
   readonly #instanceCount: number;
+  #listener: HolderListener | undefined;
 
   /**
    * @param tiers Mirrors of the instances' host tiers, fed with the cached
@@ -170,7 +191,22 @@ export class ExactCacheView implements CacheView {
     return withHost(this.#tiers?.[instance], keys, matched);
   }
 
+  watchHolders(listener: HolderListener): boolean {
+    if (this.hasHostTier) return false;
+    this.#listener = listener;
+    for (let i = 0; i < this.#instanceCount; i++) {
+      for (const group of this.#groups[i]) listener(i, group, true);
+      for (const [key] of this.#runs[i]?.entries() ?? []) if (key >= 0) listener(i, key, true);
+    }
+    return true;
+  }
+
   forget(instance: number): void {
+    const listener = this.#listener;
+    if (listener !== undefined) {
+      for (const group of this.#groups[instance]) listener(instance, group, false);
+      for (const [key] of this.#runs[instance]?.entries() ?? []) if (key >= 0) listener(instance, key, false);
+    }
     this.#groups[instance].clear();
     this.#runs[instance]?.clear();
     this.#totals[instance] = 0;
@@ -183,27 +219,39 @@ export class ExactCacheView implements CacheView {
 
   apply(status: InstanceStatus, instance = status.instance): void {
     const i = instance;
-    if (status.cacheEvicted !== undefined) this.#groups[i].delete(status.cacheEvicted);
-    if (status.cacheAdded !== undefined) this.#groups[i].add(status.cacheAdded);
+    const listener = this.#listener;
+    if (status.cacheEvicted !== undefined && this.#groups[i].delete(status.cacheEvicted)) {
+      listener?.(i, status.cacheEvicted, false);
+    }
+    if (status.cacheAdded !== undefined && !this.#groups[i].has(status.cacheAdded)) {
+      this.#groups[i].add(status.cacheAdded);
+      listener?.(i, status.cacheAdded, true);
+    }
     const changed = status.cachedRuns;
     if (changed !== undefined) {
       const runs = this.#runs[i], tier = this.#tiers?.[i];
       let total = this.#totals[i];
       for (let j = 0; j < changed.length; j += 2) {
         tier?.gpuChanged(changed[j], changed[j + 1]);
-        total += changed[j + 1] - runs.cachedBlocks(changed[j]);
+        const before = runs.cachedBlocks(changed[j]);
+        total += changed[j + 1] - before;
         if (changed[j + 1] > 0) runs.set(changed[j], changed[j + 1]);
         else runs.delete(changed[j]);
+        if (listener !== undefined && (before > 0) !== (changed[j + 1] > 0) && changed[j] >= 0) {
+          listener(i, changed[j], changed[j + 1] > 0);
+        }
       }
       this.#totals[i] = total;
     }
   }
 }
 
-/** The little a router-side index needs: membership, insert-or-touch, and its size. */
+/** The little a router-side index needs: membership, insert-or-touch (saying what it evicted), its keys and size. */
 interface Index {
   has(key: number): boolean;
   set(key: number, value: true): unknown;
+  setpop(key: number, value: true): { evicted: boolean; key: number } | null;
+  keys(): Iterable<number>;
   readonly size: number;
 }
 
@@ -216,10 +264,63 @@ class UnboundedIndex implements Index {
   set(key: number): void {
     this.#keys.add(key);
   }
+  setpop(key: number): null {
+    this.#keys.add(key);
+    return null;
+  }
+  keys(): Iterable<number> {
+    return this.#keys;
+  }
   get size(): number {
     return this.#keys.size;
   }
 }
+
+/**
+ * An LRU index on a `Map`'s insertion order (a touch re-inserts the key;
+ * eviction takes the first): exactly `LRUMap`'s order, with no arrays sized
+ * to the capacity up front — for indexes whose capacity is far beyond what
+ * they will hold (a character-sized index counted in groups), which
+ * `LRUMap` would allocate whole, for every instance.
+ */
+class MapLru implements Index {
+  readonly #keys = new Map<number, true>();
+  readonly #capacity: number;
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+  has(key: number): boolean {
+    return this.#keys.has(key);
+  }
+  set(key: number): void {
+    this.setpop(key);
+  }
+  setpop(key: number): { evicted: boolean; key: number } | null {
+    const keys = this.#keys;
+    if (keys.delete(key)) {
+      keys.set(key, true);
+      return null;
+    }
+    let evicted: { evicted: boolean; key: number } | null = null;
+    if (keys.size >= this.#capacity) {
+      const oldest = keys.keys().next().value!;
+      keys.delete(oldest);
+      evicted = { evicted: true, key: oldest };
+    }
+    keys.set(key, true);
+    return evicted;
+  }
+  keys(): Iterable<number> {
+    // Most recently used first, as LRUMap lists them.
+    return [...this.#keys.keys()].reverse();
+  }
+  get size(): number {
+    return this.#keys.size;
+  }
+}
+
+/** Group indexes larger than this are {@linkcode MapLru}s, not `LRUMap`s (which allocate their capacity up front). */
+const PREALLOCATED_LRU_LIMIT = 4096;
 
 /** The approximate view's matching rules: see {@linkcode CacheViewOptions}. */
 export interface IndexRules {
@@ -262,6 +363,7 @@ export class ApproximateCacheView implements CacheView {
   readonly #chunkBlocks: number;
   readonly #maxBlocks: number;
   readonly #blockTokens: number;
+  #listener: HolderListener | undefined;
 
   /**
    * @param capacity Entries per instance (groups for the FIFO model, blocks for
@@ -305,9 +407,11 @@ export class ApproximateCacheView implements CacheView {
 
   /** An empty group index for instance `i`. */
   #groupIndex(i: number): Index {
-    return Number.isFinite(this.#capacityOf(i))
-      ? new LRUMap<number, true>(this.#size(i))
-      : new UnboundedIndex();
+    const capacity = this.#capacityOf(i);
+    if (!Number.isFinite(capacity)) return new UnboundedIndex();
+    return this.#size(i) > PREALLOCATED_LRU_LIMIT
+      ? new MapLru(this.#size(i))
+      : new LRUMap<number, true>(this.#size(i));
   }
 
   /** An empty block index for instance `i`, feeding its host tier's mirror. */
@@ -316,11 +420,38 @@ export class ApproximateCacheView implements CacheView {
     // What the index evicts, the instance's host tier is believed to hold.
     // (A prompt's unshared private runs, negative keys, are never cached by the engine, so never demoted.)
     if (tier !== undefined) index.onRunChange = (key, cached) => key >= 0 && tier.gpuChanged(key, cached);
+    else if (this.#listener !== undefined) this.#watchRuns(index, i, this.#listener);
     return index;
+  }
+
+  /** Tells `listener` when instance `i`'s `index` starts or stops holding a shared run. */
+  #watchRuns(index: KvBlockCache, i: number, listener: HolderListener): void {
+    index.onRunChange = (key, cached) => key >= 0 && listener(i, key, cached > 0);
+  }
+
+  watchHolders(listener: HolderListener): boolean {
+    if (this.hasHostTier) return false;
+    this.#listener = listener;
+    this.#groups.forEach((index, i) => {
+      for (const group of index.keys()) listener(i, group, true);
+    });
+    this.#blocks.forEach((index, i) => {
+      for (const [key, cached] of index.runs()) if (key >= 0 && cached > 0) listener(i, key, true);
+      this.#watchRuns(index, i, listener);
+    });
+    return true;
   }
 
   forget(instance: number): void {
     emptyTier(this.#tiers, instance);
+    const listener = this.#listener;
+    if (listener !== undefined) {
+      if (this.#unit === "groups") {
+        for (const group of this.#groups[instance].keys()) listener(instance, group, false);
+      } else {for (const [key, cached] of this.#blocks[instance].runs()) {
+          if (key >= 0 && cached > 0) listener(instance, key, false);
+        }}
+    }
     if (this.#unit === "groups") this.#groups[instance] = this.#groupIndex(instance);
     else this.#blocks[instance] = this.#blockIndex(instance);
   }
@@ -367,7 +498,17 @@ export class ApproximateCacheView implements CacheView {
 
   routed(instance: number, request: Request, keys: BlockKeys): void {
     if (this.#unit === "groups") {
-      if (request.prefixGroup >= 0) this.#groups[instance].set(request.prefixGroup, true);
+      const group = request.prefixGroup;
+      if (group < 0) return;
+      const index = this.#groups[instance], listener = this.#listener;
+      if (listener === undefined) {
+        index.set(group, true);
+        return;
+      }
+      const fresh = !index.has(group);
+      const popped = index.setpop(group, true);
+      if (popped !== null && popped.evicted) listener(instance, popped.key, false);
+      if (fresh) listener(instance, group, true);
       return;
     }
     const index = this.#blocks[instance];

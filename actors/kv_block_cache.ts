@@ -45,12 +45,19 @@ interface RunNode {
   key: number;
   cached: number;
   /**
-   * Distinct reference extents and their counts, as flat pairs `[extent,
-   * count, …]` in the first `2 × pairs` slots (the array never shrinks, so
-   * references allocate nothing once it has grown).
+   * Distinct reference extents and their counts: `pairs` of them, the first
+   * two inline (`e0`/`n0`, `e1`/`n1`: most runs never have more), the rest
+   * as flat pairs `[extent, count, …]` in `more` (created when first needed
+   * and never shrunk, so references allocate nothing once it has grown). An
+   * array per node, as before, held a 17-slot backing store for its one or
+   * two pairs: a third of a 64-instance replay's live heap.
    */
-  readonly extents: number[];
   pairs: number;
+  e0: number;
+  n0: number;
+  e1: number;
+  n1: number;
+  more: number[] | null;
   /** The largest extent: blocks referenced. */
   held: number;
   /** The node's oldest LRU segment (highest range), then `newer` ones down to `newest`. */
@@ -175,7 +182,19 @@ export class KvBlockCache implements CachedRuns {
       let node = this.#nodes.get(key);
       if (node === undefined) {
         node = this.#spareNodes.pop() ??
-          { key, cached: 0, extents: [], pairs: 0, held: 0, oldest: null, newest: null };
+          {
+            key,
+            cached: 0,
+            pairs: 0,
+            e0: 0,
+            n0: 0,
+            e1: 0,
+            n1: 0,
+            more: null,
+            held: 0,
+            oldest: null,
+            newest: null,
+          };
         node.key = key;
         this.#nodes.set(key, node);
       }
@@ -248,14 +267,28 @@ export class KvBlockCache implements CachedRuns {
 
   /** Adds a reference to blocks `[0, extent)` of `node`. */
   #reference(node: RunNode, extent: number): void {
-    const extents = node.extents, end = 2 * node.pairs;
-    let i = 0;
-    while (i < end && extents[i] !== extent) i += 2;
-    if (i < end) extents[i + 1]++;
+    const pairs = node.pairs;
+    if (pairs > 0 && node.e0 === extent) node.n0++;
+    else if (pairs > 1 && node.e1 === extent) node.n1++;
     else {
-      extents[end] = extent;
-      extents[end + 1] = 1;
-      node.pairs++;
+      const more = node.more, end = 2 * (pairs - 2);
+      let i = 0;
+      while (i < end && more![i] !== extent) i += 2;
+      if (i < end) more![i + 1]++;
+      else {
+        if (pairs === 0) {
+          node.e0 = extent;
+          node.n0 = 1;
+        } else if (pairs === 1) {
+          node.e1 = extent;
+          node.n1 = 1;
+        } else {
+          const grown = node.more ??= [];
+          grown[end] = extent;
+          grown[end + 1] = 1;
+        }
+        node.pairs++;
+      }
     }
     if (extent <= node.held) return;
     // Blocks [held, extent) leave the LRU list: the newest segments, lowest ranges first.
@@ -278,16 +311,35 @@ export class KvBlockCache implements CachedRuns {
 
   /** Drops one reference of extent `extent` from `node`, updating `node.held`. */
   #removeExtent(node: RunNode, extent: number): void {
-    const extents = node.extents;
-    let i = 0;
-    while (extents[i] !== extent) i += 2;
-    if (--extents[i + 1] > 0) return;
-    const last = 2 * --node.pairs;
-    extents[i] = extents[last];
-    extents[i + 1] = extents[last + 1];
+    const more = node.more;
+    // Its slot: 0 or 1 inline, else 2 + i / 2 for `more[i]`.
+    let slot = node.e0 === extent ? 0 : node.pairs > 1 && node.e1 === extent ? 1 : 2, i = 0;
+    if (slot === 2) {
+      while (more![i] !== extent) i += 2;
+      slot += i / 2;
+    }
+    if (slot === 0 ? --node.n0 > 0 : slot === 1 ? --node.n1 > 0 : --more![i + 1] > 0) return;
+    // The last pair takes its slot.
+    const last = --node.pairs;
+    if (slot !== last) {
+      const m = 2 * (last - 2);
+      const lastExtent = last === 1 ? node.e1 : more![m], lastCount = last === 1 ? node.n1 : more![m + 1];
+      if (slot === 0) {
+        node.e0 = lastExtent;
+        node.n0 = lastCount;
+      } else if (slot === 1) {
+        node.e1 = lastExtent;
+        node.n1 = lastCount;
+      } else {
+        more![i] = lastExtent;
+        more![i + 1] = lastCount;
+      }
+    }
     if (extent < node.held) return;
-    let held = 0;
-    for (let j = 0, end = 2 * node.pairs; j < end; j += 2) if (extents[j] > held) held = extents[j];
+    const pairs = node.pairs;
+    let held = pairs > 0 ? node.e0 : 0;
+    if (pairs > 1 && node.e1 > held) held = node.e1;
+    for (let j = 0, end = 2 * (pairs - 2); j < end; j += 2) if (more![j] > held) held = more![j];
     node.held = held;
   }
 

@@ -4,7 +4,6 @@
  * streaming statistics (no per-request arrays, except the few a fault run's
  * recovery time needs), and summarises them at the end of a run.
  */
-import * as hdr from "hdr-histogram-js";
 import type { AutoscaleConfig, Fault } from "./faults.ts";
 import {
   assertNever,
@@ -15,6 +14,7 @@ import {
   type MetricsCommand,
   type ScalingDecision,
 } from "./protocol.ts";
+import { HdrHistogram } from "./hdr_histogram.ts";
 import type { RequestClass } from "./request_classes.ts";
 import type { Actor, ActorContext } from "./runtime/kernel.ts";
 
@@ -216,14 +216,8 @@ export const RECOVERY_MIN_REQUESTS = 20;
 export const RECOVERY_TOLERANCE = 1.1;
 
 /** A histogram of durations in µs (1 µs to 10¹³ µs, 3 significant digits): TTFT's and KV transfers'. */
-function microsHistogram() {
-  return hdr.build({
-    lowestDiscernibleValue: 1,
-    highestTrackableValue: 1e13,
-    numberOfSignificantValueDigits: 3,
-    bitBucketSize: 64,
-    useWebAssembly: false,
-  });
+function microsHistogram(): HdrHistogram {
+  return new HdrHistogram(3, 1e13);
 }
 
 /** Collects completions and drops from all instances. */

@@ -8,7 +8,14 @@
 import type * as Factories from "./actor_factories.ts";
 import type { PoolRole } from "./instance_model.ts";
 import { droppedFraction, type MetricsCollector } from "./metrics_collector.ts";
-import type { AnyMessage, MetricsCommand, RouteCommand, ServeCommand, SourceCommand } from "./protocol.ts";
+import type {
+  AnyMessage,
+  MetricsCommand,
+  RouteCommand,
+  RouterCommand,
+  ServeCommand,
+  SourceCommand,
+} from "./protocol.ts";
 import type { ActorRef, DeliveryTap, Message } from "./runtime/kernel.ts";
 import { WallClock, type WallTime } from "./runtime/wall_clock.ts";
 import {
@@ -81,8 +88,8 @@ export interface RealtimeOptions {
 export interface LiveHandles {
   /** The metrics collector (in this thread). */
   readonly metrics: MetricsCollector;
-  /** Lag over the most recent deliveries. */
-  readonly lag: () => LagStats;
+  /** Lag over the most recent deliveries (the last `recent`, default 2,000). */
+  readonly lag: (recent?: number) => LagStats;
 }
 
 /** A real-time run's metrics and how far the wall clock fell behind. */
@@ -128,7 +135,7 @@ export async function simulateRealtime(
     const collector = buildMetrics(config.instances.count, metricsOptions(config));
     const run = wire(config, placeInWorkers(runtime, config, collector, options));
     await runtime.start({ signal: options.signal });
-    options.onStart?.({ metrics: collector, lag: () => runtime.lagStats(2000) });
+    options.onStart?.({ metrics: collector, lag: (recent = 2000) => runtime.lagStats(recent) });
     startRun(run, (to, message) => runtime.kernel.send(to, message));
     await runtime.run(new WallClock(options.wallTime, options.speed), {
       signal: options.signal,
@@ -189,7 +196,7 @@ function placeInWorkers(
 ): Placement {
   const plugin = options.pluginUrl;
   return {
-    metrics: (name) => runtime.spawnLocal(name, collector),
+    metrics: (name) => runtime.spawnLocal(name, collector, { lookaheadMs: metricsLookahead }),
     instance: (name, index, metrics) =>
       runtime.spawnRemote<ServeCommand>(
         name,
@@ -226,6 +233,30 @@ function placeInWorkers(
   };
 }
 
+/**
+ * The metrics collector's lookahead: it sends nothing but its answer to an
+ * SLO probe (the autoscaler's), so every other message runs at once.
+ */
+function metricsLookahead(message: Message): number {
+  return (message as MetricsCommand).type === "slo_probe" ? 0 : Infinity;
+}
+
+/**
+ * The router's lookahead (actors/router.ts): a report only updates its
+ * views — or, for a replica that hears reports late, schedules them after
+ * that replica's delay — so it sends nothing sooner than the least positive
+ * replica delay; a late report sends nothing. Everything else (a route, a
+ * probe tick, a failure) may send at once.
+ */
+function routerLookahead(config: SimulationConfig): (message: Message) => number {
+  const delays = (config.router.replicaDelaysMs ?? []).filter((delayMs) => delayMs > 0);
+  const reportMs = delays.length === 0 ? Infinity : Math.min(...delays);
+  return (message) => {
+    const type = (message as RouterCommand).type;
+    return type === "status" ? reportMs : type === "replica_status" ? Infinity : 0;
+  };
+}
+
 /** A router plugin, as its Worker gets it. */
 export interface RouterPluginSandbox {
   /** The plugin module (`file:` URL). */
@@ -254,6 +285,7 @@ export function routerInWorker(
   return {
     ...remote("createRouter", [instances, config, plugin?.url, plugin?.pool, metrics]),
     ownWorker: true,
+    lookaheadMs: routerLookahead(config),
     ...(plugin ? pluginSandbox(plugin, new Set(instances), metrics) : {}),
   };
 }

@@ -5,9 +5,10 @@
  * request with a routing policy — as one process, or as several replicas
  * with their own views, probing the instances' health and retrying failures.
  */
-import type { RouterView, RoutingPolicy } from "./policies/policy.ts";
+import type { FleetLoad, FleetQueries, IndexList, RouterView, RoutingPolicy } from "./policies/policy.ts";
+import { FleetIndex } from "./fleet_index.ts";
 import { ActiveRequests } from "./active_requests.ts";
-import { type CacheView, ExactCacheView } from "./cache_view.ts";
+import { type CacheView, ExactCacheView, holderKey } from "./cache_view.ts";
 import { type BlockKeys, blockKeys, keyedBlockCount } from "./prefix_keys.ts";
 import {
   assertNever,
@@ -56,7 +57,21 @@ export interface InstanceTableOptions {
    * whose instances then report first tokens and finishes by id. @default false
    */
   readonly requestAccounting?: boolean;
+  /**
+   * Keep indexes over the fleet (loads, prefix-group holders) so that a
+   * decision does not scan every instance ({@linkcode RouterView.index}).
+   * @default on above {@linkcode FLEET_INDEX_MIN_INSTANCES} instances
+   */
+  readonly fleetIndex?: boolean;
 }
+
+/**
+ * Fleets larger than this keep the router's indexes by default: below it a
+ * scan costs less than keeping them (measured: design.md, "Decisions that do
+ * not scan the fleet"), and every committed study runs below it, so their
+ * tie draws are the scan's.
+ */
+export const FLEET_INDEX_MIN_INSTANCES = 32;
 
 /** Which router replica an {@linkcode InstanceTable} belongs to, when replicas keep their own tables. */
 export interface ReplicaTableOptions {
@@ -73,6 +88,13 @@ export interface ReplicaTableOptions {
 export interface FleetCache {
   /** Prompt tokens of `request` that `instance` would find cached right now. */
   cachedPrefixTokens(instance: number, request: Request): number;
+  /**
+   * The most prompt tokens of `request` any instance of the fleet would find
+   * cached right now (the maximum of `cachedPrefixTokens`, or any value of at
+   * least `upTo` once one reaches it), answered without asking each.
+   * @default absent: the router asks each instance
+   */
+  mostCachedTokens?(request: Request, upTo?: number): number;
 }
 
 /** Options for {@linkcode Router}. */
@@ -237,6 +259,11 @@ export class InstanceTable implements RouterView {
   #countRequest: Request | undefined;
   #memoCount = 0;
   readonly #memoMatched: Int32Array;
+  /** Per instance: the stamp its `#memoMatched` entry was computed under. */
+  readonly #memoStamps: Float64Array;
+  #memoStamp = 0;
+  readonly #index: FleetIndex | undefined;
+  readonly index: FleetQueries | undefined;
 
   /**
    * @param replica The router replica it belongs to, when replicas keep their
@@ -263,6 +290,7 @@ export class InstanceTable implements RouterView {
     this.#routedTo = new Int32Array(instanceCount);
     this.#finished = new Int32Array(instanceCount);
     this.#memoMatched = new Int32Array(instanceCount);
+    this.#memoStamps = new Float64Array(instanceCount).fill(-1);
     this.blockTokens = options.blockTokens ?? 16;
     this.cacheView = options.cacheView ?? new ExactCacheView(instanceCount, "groups");
     this.#cacheUnit = options.cacheUnit ?? "groups";
@@ -271,6 +299,48 @@ export class InstanceTable implements RouterView {
       : undefined;
     this.activePrefillTokens = this.#active?.prefillTokens ?? new Float64Array(instanceCount);
     this.activeBlocks = this.#active?.blocks ?? new Float64Array(instanceCount);
+    const indexed = options.fleetIndex ?? instanceCount > FLEET_INDEX_MIN_INSTANCES;
+    this.#index = indexed ? new FleetIndex(this) : undefined;
+    this.index = this.#index === undefined ? undefined : this.#queries(this.#index);
+  }
+
+  /** The policies' questions to the fleet index, asked as a scan would consult the view. */
+  #queries(index: FleetIndex): FleetQueries {
+    const unit = this.#cacheUnit;
+    // Holders are indexed from a policy's first question on (round robin never asks).
+    let watched: boolean | undefined;
+    const watch = () =>
+      watched ??= this.cacheView.watchHolders?.((i, key, held) => index.holderChanged(i, key, held)) === true;
+    // The holder key a request's match hangs on, counting the consultation as a scan's; -1: nothing can match.
+    const keyOf = (request: Request): number => {
+      this.#consulted = CONSULTED_BLOCKS;
+      return unit === "groups"
+        ? (request.prefixGroup >= 0 && this.#count(request) > 0 ? request.prefixGroup : -1)
+        : holderKey(unit, request, this.#keys(request));
+    };
+    const none: IndexList = { size: 0, at: () => -1 };
+    return {
+      get wholeMatches(): boolean {
+        return watch() && unit === "groups";
+      },
+      candidates(request: Request): IndexList | undefined {
+        if (!watch()) return undefined;
+        const key = keyOf(request);
+        return key < 0 ? none : index.holders(key);
+      },
+      pickLeastActiveCandidate(request: Request, random: RandomStream): number {
+        watch();
+        const key = keyOf(request);
+        return key < 0 ? -1 : index.pickLeastActiveHolder(key, random);
+      },
+      minLoad: (load: FleetLoad) => index.minLoad(load),
+      maxLoad: (load: FleetLoad) => index.maxLoad(load),
+      firstLeast: (load: FleetLoad) => index.firstLeast(load),
+      pickLeast: (load: FleetLoad, random: RandomStream) => index.pickLeast(load, random),
+      pickAvailable: (random: RandomStream) => index.pickAvailable(random),
+      inFlightSum: () => index.inFlightSum(),
+      capacitySum: () => index.capacitySum(),
+    };
   }
 
   newBlocks(instance: number, request: Request): number {
@@ -361,6 +431,7 @@ export class InstanceTable implements RouterView {
     this.routedCount++;
     this.#routedTo[instance]++;
     this.inFlight[instance]++;
+    this.#index?.loadChanged(instance);
     // What the view believed cached there before the routing teaches it more.
     this.#active?.add(instance, request, this.#keys(request), this.#matched(instance, request));
     if (this.cacheView.learnsFromRouting) this.cacheView.routed(instance, request, this.#keys(request));
@@ -403,7 +474,9 @@ export class InstanceTable implements RouterView {
     else if (this.available[i] === 0) {
       this.available[i] = 1;
       this.availableCount++;
+      this.#index?.availabilityChanged(i);
     }
+    this.#index?.loadChanged(i);
   }
 
   /** Takes `instance` as unavailable until it reports again (a request failed there, or it drains). */
@@ -411,6 +484,7 @@ export class InstanceTable implements RouterView {
     if (this.available[instance] === 0) return;
     this.available[instance] = 0;
     this.availableCount--;
+    this.#index?.availabilityChanged(instance);
   }
 
   /**
@@ -421,6 +495,7 @@ export class InstanceTable implements RouterView {
   failed(instance: number, requestId?: number): void {
     this.markDown(instance);
     this.inFlight[instance]--;
+    this.#index?.loadChanged(instance);
     if (requestId !== undefined) this.#active?.finished(instance, requestId);
     // The view may have learnt the failed routing: the request's memo is stale for its retry.
     this.#memoRequest = undefined;
@@ -467,6 +542,7 @@ export class InstanceTable implements RouterView {
     for (let i = 0; i < this.instanceCount; i++) {
       peers[i] = total[i] - (this.#routedTo[i] - this.#finished[i]);
       this.inFlight[i] = total[i];
+      this.#index?.loadChanged(i);
     }
     this.#logInstances.length = 0;
     this.#logRequests.length = 0;
@@ -481,8 +557,11 @@ export class InstanceTable implements RouterView {
         : 0;
     }
     const keys = this.#keys(request);
-    const memo = this.#memoMatched;
-    if (memo[instance] < 0) memo[instance] = this.cacheView.matchedBlocks(instance, request, keys);
+    const memo = this.#memoMatched, stamps = this.#memoStamps, stamp = this.#memoStamp;
+    if (stamps[instance] !== stamp) {
+      memo[instance] = this.cacheView.matchedBlocks(instance, request, keys);
+      stamps[instance] = stamp;
+    }
     return memo[instance];
   }
 
@@ -499,7 +578,8 @@ export class InstanceTable implements RouterView {
     if (request !== this.#memoRequest) {
       this.#memoRequest = request;
       this.#memoKeys = blockKeys(request, this.blockTokens);
-      this.#memoMatched.fill(-1);
+      // A new stamp forgets every instance's memo at once (no fill: O(1) on any fleet).
+      this.#memoStamp++;
     }
     return this.#memoKeys!;
   }
@@ -649,8 +729,13 @@ export class Router implements Actor<RouterCommand> {
     const at = (i: number) => fleet.cachedPrefixTokens(members === undefined ? i : members[i], request);
     const held = most > 0 ? at(choice) : 0;
     let available = held;
-    for (let i = 0; i < view.instanceCount && available < most; i++) {
-      if (i !== choice) available = Math.max(available, at(i));
+    if (available < most && members === undefined && fleet.mostCachedTokens !== undefined) {
+      // The fleet keeps the maximum itself: no instance need be asked.
+      available = Math.max(available, fleet.mostCachedTokens(request, most));
+    } else {
+      for (let i = 0; i < view.instanceCount && available < most; i++) {
+        if (i !== choice) available = Math.max(available, at(i));
+      }
     }
     return {
       availableTokens: available,

@@ -3,17 +3,27 @@
  * The virtual run: wires one run's actors (actors/topology.ts) in a kernel
  * under the virtual clock, runs it, and checks that no request was lost.
  */
-import type { BatchingInstance } from "./batching_instance.ts";
+import { BatchingInstance } from "./batching_instance.ts";
+import { KeyHolders } from "./fleet_index.ts";
 import type { ServingActor } from "./instance_model.ts";
 import { instanceModel } from "./instance_models.ts";
 import { droppedFraction, type MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
 import { createPolicy } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
+import { GroupHolders } from "./prefix_cache.ts";
 import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
-import type { Request } from "./protocol.ts";
-import type { FleetCache, Router } from "./router.ts";
-import { type DeliveryTap, Kernel } from "./runtime/kernel.ts";
-import type { ServingInstance } from "./serving_instance.ts";
+import type { InstanceStatus, Request, RouteCommand, RouterCommand } from "./protocol.ts";
+import { FLEET_INDEX_MIN_INSTANCES, type FleetCache, type Router } from "./router.ts";
+import {
+  type Actor,
+  type ActorContext,
+  type ActorRef,
+  type DeliveryTap,
+  Kernel,
+  type Message,
+} from "./runtime/kernel.ts";
+import { ServingInstance } from "./serving_instance.ts";
+import { StatusBoard } from "./status_reporter.ts";
 import {
   buildAutoscaler,
   buildFaultInjector,
@@ -25,6 +35,7 @@ import {
   metricsOptions,
   pendingRequests,
   type PoolPolicies,
+  pullsReports,
   type RunActors,
   type SimulationConfig,
   startRun,
@@ -115,6 +126,8 @@ export function simulate(config: SimulationConfig, options: SimulateOptions = {}
   const run = placeLocally(kernel, config, options);
   startRun(run.refs, (to, message) => kernel.send(to, message));
   runInSlices(kernel, run, config.untilMs ?? Infinity, options);
+  // Reports posted after the router's last message: its view ends where the instances are.
+  run.board?.drainAll((status, timeMs) => run.router.view.apply(status, status.instance, timeMs));
 
   // Stopped early: decode stretches apply their steps up to the stop, and the
   // clock ends at the last step a step-by-step run would have delivered.
@@ -162,6 +175,8 @@ interface LocalRun {
   readonly source: WorkloadSource | TraceSource;
   readonly refs: RunActors;
   readonly policy: RoutingPolicy;
+  /** Where the instances post their reports, when they are pulled (`pullsReports`). */
+  readonly board: StatusBoard | undefined;
 }
 
 /** Spawns the run's actors in `kernel`, keeping the objects (for the god's-eye cache view and the final counts). */
@@ -175,35 +190,82 @@ function placeLocally(kernel: Kernel, config: SimulationConfig, options: Simulat
   };
   let metrics: MetricsCollector | undefined, router: Router | undefined;
   let source: WorkloadSource | TraceSource | undefined;
+  const board = pullsReports(config, plugin !== undefined)
+    ? new StatusBoard({ now: () => kernel.nowMs, delivery: () => kernel.messagesDelivered })
+    : undefined;
   const refs = wire(config, {
     metrics: (name) =>
       kernel.spawn(name, metrics = buildMetrics(config.instances.count, metricsOptions(config))),
     instance: (name, index, metricsRef) => {
-      const instance = buildInstance(index, config, metricsRef, plugin !== undefined);
+      const instance = buildInstance(index, config, metricsRef, plugin !== undefined, board);
       instances.push(instance);
       return kernel.spawn(name, instance);
     },
     // The god's-eye view, for routing accounting only (the policy never sees it).
-    router: (name, instanceRefs, metricsRef) =>
-      kernel.spawn(
-        name,
-        router = buildRouter(
-          instanceRefs,
-          config,
-          policy,
-          fleetCache(config, instances, kernel),
-          poolPolicies,
-          metricsRef,
-        ),
-      ),
-    source: (name, routerRef) =>
-      kernel.spawn(name, source = buildSource(config.workload, routerRef, config.seed)),
+    router: (name, instanceRefs, metricsRef) => {
+      router = buildRouter(
+        instanceRefs,
+        config,
+        policy,
+        fleetCache(config, instances, kernel),
+        poolPolicies,
+        metricsRef,
+      );
+      return kernel.spawn(name, board === undefined ? router : readingBoard(router, board));
+    },
+    source: (name, routerRef) => {
+      source = buildSource(config.workload, routerRef, config.seed);
+      return kernel.spawn(name, board === undefined ? source : markingLane(source, board, routerRef));
+    },
     faults: (name, instanceRefs, routerRef) =>
       kernel.spawn(name, buildFaultInjector(config, instanceRefs, routerRef)),
     autoscaler: (name, instanceRefs, routerRef, metricsRef) =>
       kernel.spawn(name, buildAutoscaler(config, instanceRefs, routerRef, metricsRef)),
   });
-  return { metrics: metrics!, instances, router: router!, source: source!, refs, policy };
+  return { metrics: metrics!, instances, router: router!, source: source!, refs, policy, board };
+}
+
+/**
+ * The router, reading `board` before each of its messages: it applies the
+ * reports that would have reached it first, through the one table's `apply`
+ * as a `status` message would (the only hook of pulled reports in the router).
+ */
+function readingBoard(router: Router, board: StatusBoard): Actor<RouterCommand> {
+  const apply = (status: InstanceStatus, timeMs: number) =>
+    router.view.apply(status, status.instance, timeMs);
+  return {
+    handle(message, ctx) {
+      board.drain(message, ctx.now(), apply);
+      router.handle(message, ctx);
+    },
+  };
+}
+
+/**
+ * The source, telling `board` of each arrival it sends the router for this
+ * very instant (the kernel delivers it after the reports posted so far this
+ * instant, before those posted later).
+ */
+function markingLane<M extends Message>(
+  source: Actor<M>,
+  board: StatusBoard,
+  router: ActorRef<RouteCommand>,
+): Actor<M> {
+  let marking: ActorContext<M> | undefined;
+  return {
+    handle(message, ctx) {
+      // The source's own context, but for `send` (made once: an actor's context never changes).
+      marking ??= Object.create(ctx, {
+        send: {
+          value: <T extends Message>(to: ActorRef<T>, sent: T, delayMs = 0) => {
+            if (to === router && delayMs === 0) board.markLane(sent);
+            ctx.send(to, sent, delayMs);
+          },
+        },
+      }) as ActorContext<M>;
+      source.handle(message, marking);
+    },
+  };
 }
 
 /**
@@ -249,17 +311,53 @@ function fleetCache(
   kernel: Kernel,
 ): FleetCache {
   if (instanceModel(config.instances.model).cacheUnit !== "blocks") {
-    return { cachedPrefixTokens: (i, request) => instances[i].cachedPrefixTokens(request) };
+    const cachedPrefixTokens = (i: number, request: Request) => instances[i].cachedPrefixTokens(request);
+    // Plain FIFO instances (no restarts) count their groups into one tally: "held anywhere" without a scan.
+    if (!instances.every((instance) => instance instanceof ServingInstance)) return { cachedPrefixTokens };
+    const holders = new GroupHolders();
+    for (const instance of instances as ServingInstance[]) instance.cache.countInto(holders);
+    return {
+      cachedPrefixTokens,
+      mostCachedTokens: (request) =>
+        request.prefixGroup >= 0 && holders.heldAnywhere(request.prefixGroup) ? request.prefixTokens : 0,
+    };
   }
   const blockTokens = config.instances.engine.blockTokens;
   let last: Request | undefined, keys: BlockKeys | undefined;
+  const keysOf = (request: Request) => {
+    if (request !== last) {
+      last = request;
+      keys = blockKeys(request, blockTokens);
+    }
+    return keys!;
+  };
+  const cachedPrefixTokens = (i: number, request: Request) =>
+    instances[i].cachedPrefixTokens(request, keysOf(request), kernel.nowMs);
+  // A large fleet of plain batching instances (no restarts) keeps, per block run, the instances
+  // whose cache holds it: only those can have any of a request cached (its first run first).
+  if (
+    instances.length <= FLEET_INDEX_MIN_INSTANCES ||
+    !instances.every((instance) => instance instanceof BatchingInstance)
+  ) return { cachedPrefixTokens };
+  const runHolders = new KeyHolders();
+  (instances as BatchingInstance[]).forEach((instance, i) => {
+    const cache = instance.cache, previous = cache.onRunChange;
+    cache.onRunChange = (key, cached) => {
+      previous?.(key, cached);
+      if (key >= 0) runHolders.change(i, key, cached > 0);
+    };
+  });
   return {
-    cachedPrefixTokens(i, request) {
-      if (request !== last) {
-        last = request;
-        keys = blockKeys(request, blockTokens);
+    cachedPrefixTokens,
+    mostCachedTokens(request, upTo = Infinity) {
+      const requestKeys = keysOf(request);
+      if (requestKeys.count === 0) return 0;
+      const holders = runHolders.holders(requestKeys.runKey(0));
+      let most = 0;
+      for (let k = 0; k < holders.size && most < upTo; k++) {
+        most = Math.max(most, cachedPrefixTokens(holders.at(k), request));
       }
-      return instances[i].cachedPrefixTokens(request, keys, kernel.nowMs);
+      return most;
     },
   };
 }

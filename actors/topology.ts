@@ -49,7 +49,7 @@ import {
 } from "./router.ts";
 import type { ActorRef, Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
-import type { StatusReportingOptions } from "./status_reporter.ts";
+import type { StatusBoard, StatusReportingOptions } from "./status_reporter.ts";
 import type { TraceOptions } from "./trace_reader.ts";
 import { TraceSource } from "./trace_source.ts";
 import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
@@ -250,12 +250,17 @@ export function metricsOptions(config: SimulationConfig): MetricsOptions {
   };
 }
 
-/** Serving instance `index`, of the configured model, reporting what the policy reads (`pluginPolicy`: everything). */
+/**
+ * Serving instance `index`, of the configured model, reporting what the
+ * policy reads (`pluginPolicy`: everything) — on `board`, when given (a
+ * virtual run of {@linkcode pullsReports}), else in messages.
+ */
 export function buildInstance(
   index: number,
   config: SimulationConfig,
   metrics: ActorRef<MetricsCommand>,
   pluginPolicy: boolean,
+  board?: StatusBoard,
 ): ServingActor {
   const pool = poolOfInstance(config.instances, index);
   const instances = config.instances.pools === undefined
@@ -269,7 +274,8 @@ export function buildInstance(
   // Decode-first with local prefill: the router itself reads the decode instances' blocks.
   const routerReadsBlocks = pool.role === "decode" && config.router.pdFlow === "decode-first" &&
     (config.router.pdLocalPrefillTokens ?? 0) > 0;
-  const reporting = statusReporting(config, pluginPolicy, policy, routerReadsBlocks);
+  const reported = statusReporting(config, pluginPolicy, policy, routerReadsBlocks);
+  const reporting = board === undefined ? reported : { ...reported, board };
   const create = () => instanceModel(config.instances.model).create(index, instances, metrics, reporting);
   if (!hasLifecycle(config)) return create();
   return new FaultyInstance(index, create, {
@@ -460,6 +466,24 @@ export function statusReporting(
     // A plugin is told every request event, on the reports it gets anyway: it costs no extra message.
     firstTokenReports: reads.requests === true && !pluginPolicy,
   };
+}
+
+/**
+ * Whether a virtual run's instances post their reports on a board the router
+ * reads before each decision instead of sending them (design.md, "Reports
+ * pulled"): batching instances whose reports are neither periodic nor
+ * delayed, routed by one table with a built-in policy (`pluginPolicy`
+ * false): one replica or replicas sharing one view, no pools, faults,
+ * autoscaling or health probes (their reports travel, or are read, in
+ * other ways).
+ */
+export function pullsReports(config: SimulationConfig, pluginPolicy: boolean): boolean {
+  const router = config.router;
+  return !pluginPolicy && config.instances.model === "batching" && router.statusIntervalMs === 0 &&
+    router.networkDelayMs === 0 && (router.replicaDelaysMs?.[0] ?? 0) === 0 &&
+    !isDisaggregated(config.instances) && !hasLifecycle(config) &&
+    ((router.replicas ?? 1) === 1 || router.replicaSyncMs === 0) &&
+    (router.statusTtlMs ?? Infinity) === Infinity && router.upstreamFailures !== true;
 }
 
 /** Where a run's requests are when it stops. */

@@ -19,7 +19,9 @@ import { runPluginScenario } from "./run_scenario.ts";
 import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
 import { traceChunks, TraceTally } from "./trace_file.ts";
-import { gatewayBench, serveLagBench, soakBench, streamBench } from "./wire/wire_bench.ts";
+import { fleetBench } from "./fleet_bench.ts";
+import { gatewayBench, proxyBench, serveLagBench, soakBench, streamBench } from "./wire/wire_bench.ts";
+import { realtimeBench } from "./realtime_bench.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 
@@ -233,36 +235,104 @@ function traceGenBench(requests: number): void {
   );
 }
 
+/** One side-by-side figure of the peer part: wall seconds and the 1-minute load average when it ended. */
+interface PeerTiming {
+  readonly seconds: number;
+  readonly load: number;
+}
+
+const median = (values: readonly number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+};
+
+/** The machine's 1-minute load average (other work in the same minutes), or NaN where it cannot be read. */
+function loadAverage(): number {
+  try {
+    return Deno.loadavg()[0];
+  } catch {
+    return NaN;
+  }
+}
+
+/** Our side: the whole `deno task run` process a user starts (module loading, parsing, the run, the report). */
+async function timeOurRun(scenario: string, policy: string, requests: number): Promise<PeerTiming> {
+  const start = performance.now();
+  const out = await new Deno.Command("deno", {
+    args: ["task", "run", "--scenario", scenario, "--requests", String(requests), "--policy", policy],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const seconds = (performance.now() - start) / 1000;
+  if (!out.success) {
+    throw new Error(`deno task run --policy ${policy} failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return { seconds, load: loadAverage() };
+}
+
+/** The peer's side: its own figure, the simulation loop alone (`wall_s`, to the precision of `req_per_s`). */
+async function timePeer(script: string, policy: string, requests: number): Promise<PeerTiming> {
+  const out = await new Deno.Command("python3", {
+    args: [script, policy, "--requests", String(requests)],
+    stdout: "piped",
+  }).output();
+  const perSec = Number(/req_per_s=(\d+)/.exec(new TextDecoder().decode(out.stdout))?.[1]);
+  if (!out.success || !(perSec > 0)) throw new Error(`python3 ${script} ${policy} failed`);
+  return { seconds: requests / perSec, load: loadAverage() };
+}
+
+/**
+ * Ours, then the peer's, `alternations` times, for one policy and size;
+ * prints each pair (seconds, load average, ratio) and the medians. The
+ * ratio is the peer's seconds over ours: how many times faster we are.
+ */
+async function peerRatio(policy: string, requests: number, alternations: number, target?: number) {
+  const peer = fileURLToPath(new URL("../../shared/bench/", import.meta.url));
+  const pairs: { ours: PeerTiming; theirs: PeerTiming }[] = [];
+  const fmt = (t: PeerTiming) => `${t.seconds.toFixed(2).padStart(6)} s (load ${t.load.toFixed(2)})`;
+  console.log(
+    `\n  ${policy}, ${requests.toLocaleString("en-US")} requests${target ? ` (target ≥ ${target}×)` : ""}:` +
+      "\n    #   ours: deno task run            python_peer.py (own figure)   ratio",
+  );
+  for (let i = 0; i < alternations; i++) {
+    const ours = await timeOurRun(`${peer}peer_scenario.json`, policy, requests);
+    const theirs = await timePeer(`${peer}python_peer.py`, policy, requests);
+    pairs.push({ ours, theirs });
+    console.log(
+      `    ${i + 1}   ${fmt(ours)}        ${fmt(theirs)}         ${
+        (theirs.seconds / ours.seconds).toFixed(2)
+      }×`,
+    );
+  }
+  const ours = median(pairs.map((p) => p.ours.seconds)), theirs = median(pairs.map((p) => p.theirs.seconds));
+  const k = (seconds: number) => `${(requests / seconds / 1e3).toFixed(0)}k requests/s`;
+  console.log(
+    `    median: ours ${ours.toFixed(2)} s (${k(ours)}), python ${theirs.toFixed(2)} s (${k(theirs)}); ` +
+      `ratio of medians ${(theirs / ours).toFixed(2)}×, median ratio ${
+        median(pairs.map((p) => p.theirs.seconds / p.ours.seconds)).toFixed(2)
+      }×`,
+  );
+}
+
 /**
  * `peer`: the FIFO model against ../shared/bench/python_peer.py, a plain
- * heapq simulator of the same model, on its scenario, alternating so both
- * see the same minutes; best of 3 each.
+ * heapq simulator of the same model, on its scenario, in the path users
+ * run: the whole `deno task run` process (start-up and report included)
+ * against the peer's own figure (its loop alone). Ours, then the peer's, 5
+ * times, so both see the same minutes, with the load average beside each
+ * figure: at 1,000,000 requests, hybrid (target ≥ 5×) and round robin
+ * (≥ 3×), then at 200,000.
  */
 async function peerBench(): Promise<void> {
-  const root = fileURLToPath(new URL("../", import.meta.url));
-  const peer = `${root}../shared/bench/`;
-  const config = parseScenario(JSON.parse(Deno.readTextFileSync(`${peer}peer_scenario.json`)));
-  let ours = 0, theirs = 0;
-  simulate(config); // warm-up
-  for (let i = 0; i < 3; i++) {
-    const start = performance.now();
-    const r = simulate(config);
-    ours = Math.max(ours, r.requests / ((performance.now() - start) / 1000));
-    const out = await new Deno.Command("python3", {
-      args: [`${peer}python_peer.py`, "hybrid", "--requests", String(config.workload.requests)],
-    }).output();
-    const perSec = Number(/req_per_s=(\d+)/.exec(new TextDecoder().decode(out.stdout))?.[1]);
-    if (!out.success || !Number.isFinite(perSec)) {
-      throw new Error("python3 ../shared/bench/python_peer.py failed");
-    }
-    theirs = Math.max(theirs, perSec);
-  }
   console.log(
-    "FIFO model vs the Python peer, peer_scenario.json (hybrid, 200,000 requests), best of 3 each:",
+    "FIFO model vs the Python peer, peer_scenario.json: the whole `deno task run` process against the " +
+      "peer's own figure, alternating, 5 times each:",
   );
-  console.log(`  ours    ${(ours / 1e3).toFixed(0).padStart(6)} k requests/s`);
-  console.log(`  python  ${(theirs / 1e3).toFixed(0).padStart(6)} k requests/s`);
-  console.log(`  ratio   ${(ours / theirs).toFixed(2)}×`);
+  await peerRatio("hybrid", 1_000_000, 5, 5);
+  await peerRatio("round_robin", 1_000_000, 5, 3);
+  await peerRatio("hybrid", 200_000, 5);
+  await peerRatio("round_robin", 200_000, 5);
 }
 
 /** The long-prompt conversation trace of the issue: the generator's defaults (≈ 12,000 requests over an hour, ≈ 12,000-token prompts). */
@@ -360,6 +430,7 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
     );
   },
   fifo: () => policyBench("fifo", 500_000),
+  fleet: () => fleetBench(),
   peer: peerBench,
   batching: () => policyBench("batching", 200_000),
   disaggregated: () => disaggregatedBench(200_000),
@@ -373,6 +444,8 @@ const PARTS: Readonly<Record<string, () => void | Promise<void>>> = {
   gateway: () => gatewayBench(),
   stream: () => streamBench(),
   soak: () => soakBench(),
+  proxy: () => proxyBench(),
+  realtime: realtimeBench,
 };
 
 const HELP = `Usage: deno task bench [PART…]
@@ -393,6 +466,28 @@ in its own deno process; with no PART, all of them in turn.
  * heap and JIT state from one part into the next, which here cost the FIFO
  * figures up to 20% (and peak memory is per process).
  */
+/**
+ * Appends the machine's 1-minute load average to every line a part prints
+ * with a figure in it (a digit, not a heading ending in ":"), unless the part
+ * prints it itself: on a shared machine a figure means little without it.
+ */
+function printLoadAverage(): void {
+  const log = console.log;
+  const load = () => {
+    try {
+      return Deno.loadavg()[0].toFixed(2);
+    } catch {
+      return "n/a"; // no --allow-sys=loadavg
+    }
+  };
+  console.log = (...args: unknown[]) => {
+    const line = args.map(String).join(" ");
+    if (/\d/.test(line) && !/load/.test(line) && !line.trimEnd().endsWith(":")) {
+      log(`${line} · load ${load()}`);
+    } else log(...args);
+  };
+}
+
 async function runParts(names: readonly string[]): Promise<void> {
   for (const name of names) {
     const { code } = await new Deno.Command("deno", {
@@ -404,9 +499,10 @@ async function runParts(names: readonly string[]): Promise<void> {
         "--allow-read",
         "--allow-ffi",
         "--allow-write=results/.bench",
-        "--allow-run=python3,deno", // the peer; the soak's serve
+        "--allow-run=python3,deno,nginx", // the peer; the soak's serve; the proxy floor
         "--allow-net=127.0.0.1", // the serve, gateway, stream and soak parts, on loopback
         "--allow-env=SOAK_SECONDS,SOAK_QUIET",
+        "--allow-sys=loadavg", // the peer part prints the load average beside each figure
         "--v8-flags=--max-semi-space-size=4", // as the run and sweep tasks (design.md, "Performance")
         fileURLToPath(import.meta.url),
         "--part",
@@ -435,7 +531,10 @@ if (import.meta.main) {
         throw new UsageError(`unknown bench part "${name}": expected ${Object.keys(PARTS).join(" | ")}`);
       }
     }
-    if (values.part !== undefined) return await PARTS[values.part]();
+    if (values.part !== undefined) {
+      printLoadAverage();
+      return await PARTS[values.part]();
+    }
     await runParts(positionals.length > 0 ? positionals : Object.keys(PARTS));
   });
 }

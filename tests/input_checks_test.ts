@@ -225,7 +225,7 @@ Deno.test("deno task bench --help prints the usage and runs nothing; an unknown 
   assertEquals(decode(bogus.stdout), "");
   const errors = decode(bogus.stderr).split("\n").filter((l) => l.startsWith("error: "));
   assertEquals(errors, [
-    'error: unknown bench part "warp-speed": expected kernel | fifo | peer | batching | disaggregated | trace | replay-1m | memory-fifo | memory-batching | plugin | trace-gen | serve | gateway | stream | soak',
+    'error: unknown bench part "warp-speed": expected kernel | fifo | fleet | peer | batching | disaggregated | trace | replay-1m | memory-fifo | memory-batching | plugin | trace-gen | serve | gateway | stream | soak | proxy | realtime',
   ]);
 });
 

@@ -83,6 +83,109 @@ Deno.test("kernel keeps FIFO order per sender/receiver pair for equal delays", (
   );
 });
 
+type Numbered = { readonly type: "numbered"; readonly id: number };
+
+Deno.test("kernel delivers in-order arrivals, same-time replies and out-of-order timers in (time, send order)", () => {
+  // Arrivals sent ahead in time order (the workload's pattern: the event queue's run), each
+  // answered at once (the lane) and by a timer that lands before later arrivals (the heap).
+  const kernel = new Kernel();
+  const log: [number, string][] = [];
+  const sink = kernel.spawn<Note>("sink", { handle: (m, ctx) => log.push([ctx.now(), m.label]) });
+  const server = kernel.spawn<Note>("server", {
+    handle(m, ctx) {
+      log.push([ctx.now(), m.label]);
+      if (m.label.startsWith("arrival")) {
+        ctx.send(sink, note(`reply ${m.label}`));
+        ctx.schedule(m.label === "arrival 1" ? 25 : 5, note(`timer ${m.label}`));
+      }
+    },
+  });
+  for (const [i, t] of [0, 10, 20, 20, 40].entries()) kernel.send(server, note(`arrival ${i}`), t);
+  kernel.send(sink, note("outsider"), 25); // sent before the run: before the timers sent at 20 for 25
+  kernel.run();
+  assertEquals(log, [
+    [0, "arrival 0"],
+    [0, "reply arrival 0"],
+    [5, "timer arrival 0"],
+    [10, "arrival 1"],
+    [10, "reply arrival 1"],
+    [20, "arrival 2"],
+    [20, "arrival 3"],
+    [20, "reply arrival 2"],
+    [20, "reply arrival 3"],
+    [25, "outsider"],
+    [25, "timer arrival 2"],
+    [25, "timer arrival 3"],
+    [35, "timer arrival 1"],
+    [40, "arrival 4"],
+    [40, "reply arrival 4"],
+    [45, "timer arrival 4"],
+  ]);
+});
+
+Deno.test("kernel delivery order matches a reference sort by (time, send order) over any mix of sends", () => {
+  // Each delivery of message k acts out plan[k % plan.length]: sends at the same instant, in time
+  // order after the last in-order one (a source's arrivals), anywhere ahead (timers), at an
+  // absolute time, and cancels. Every message carries its send index, which is the kernel's seq order.
+  const action = fc.record({
+    kind: fc.constantFrom("now", "in_order", "ahead", "at", "cancel"),
+    step: fc.integer({ min: 0, max: 30 }),
+    to: fc.integer({ min: 0, max: 2 }),
+  });
+  fc.assert(
+    fc.property(
+      fc.array(fc.array(action, { maxLength: 3 }), { minLength: 1, maxLength: 20 }),
+      fc.array(fc.integer({ min: 0, max: 8 }), { minLength: 1, maxLength: 30 }),
+      (plan, arrivalGaps) => {
+        const kernel = new Kernel();
+        const sent: { timeMs: number; id: number }[] = [];
+        const cancelled = new Set<number>();
+        const timers: [number, number][] = []; // [id, timer]
+        const delivered: { timeMs: number; id: number }[] = [];
+        let lastInOrderMs = 0;
+        const refs: number[] = [];
+        const actor: Actor<Numbered> = {
+          handle(m, ctx) {
+            delivered.push({ timeMs: ctx.now(), id: m.id });
+            if (sent.length > 2000) return;
+            for (const { kind, step, to } of plan[m.id % plan.length]) {
+              const id = sent.length, message: Numbered = { type: "numbered", id };
+              if (kind === "cancel") {
+                const victim = timers[step % Math.max(1, timers.length)];
+                if (victim !== undefined && !delivered.some((d) => d.id === victim[0])) {
+                  cancelled.add(victim[0]);
+                  ctx.cancel(victim[1]);
+                }
+                continue;
+              }
+              let timeMs = ctx.now();
+              if (kind === "in_order") timeMs = lastInOrderMs = Math.max(lastInOrderMs, ctx.now()) + step;
+              if (kind === "ahead" || kind === "at") timeMs += step / 4;
+              sent.push({ timeMs, id });
+              if (kind === "at") timers.push([id, ctx.scheduleAt(timeMs, message)]);
+              else if (kind === "ahead" && to === 0) {
+                timers.push([id, ctx.schedule(timeMs - ctx.now(), message)]);
+              } else ctx.send(refs[to], message, timeMs - ctx.now());
+            }
+          },
+        };
+        for (let i = 0; i < 3; i++) refs.push(kernel.spawn(`actor/${i}`, actor));
+        for (const gap of arrivalGaps) {
+          lastInOrderMs += gap;
+          const id = sent.length;
+          sent.push({ timeMs: lastInOrderMs, id });
+          kernel.send(refs[id % 3], { type: "numbered", id }, lastInOrderMs);
+        }
+        kernel.run();
+        const expected = sent.filter((s) => !cancelled.has(s.id))
+          .sort((a, b) => a.timeMs - b.timeMs || a.id - b.id);
+        assertEquals(delivered, expected);
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
 Deno.test("scheduling in the past is a RangeError", async (t) => {
   const kernel = new Kernel();
   const ref = kernel.spawn("sink", new Recorder<Note>());

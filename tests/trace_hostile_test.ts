@@ -294,11 +294,16 @@ Deno.test("Azure dates at the calendar's edges are read, leap days included", as
 
 // --- 16: an overloaded replay -----------------------------------------------
 
-/** A replay 400 times faster than one instance serves it: its queue grows to about 37,000. */
+/**
+ * A replay 400 times faster than one instance serves it: its queue grows to
+ * tens of thousands. (80,000 requests: with reports pulled, not sent, a request
+ * costs about 3 messages, and the run needs several 65,536-delivery slices
+ * over the limit.)
+ */
 const overloaded = (maxQueue: number | null = null) =>
   scenario({
     instances: { model: "batching", count: 1, maxQueue },
-    workload: { trace: { generate: { requests: 40_000, ratePerSec: 2000, outputTokens: 4, turnsMean: 1 } } },
+    workload: { trace: { generate: { requests: 80_000, ratePerSec: 2000, outputTokens: 4, turnsMean: 1 } } },
   });
 
 Deno.test("an overloaded replay warns once that its queues grow, and its results do not change", () => {

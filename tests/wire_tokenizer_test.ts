@@ -67,6 +67,20 @@ Deno.test("tokenize splits at Unicode whitespace and makes no token of it", asyn
   assertEquals(tokenize(" a  b\t\nc "), tokenize("a b c"));
 });
 
+Deno.test("tokenize separates words at exactly JavaScript's \\s, every UTF-16 code unit checked", () => {
+  for (let c = 0; c < 0x10000; c++) {
+    const text = `ab${String.fromCharCode(c)}cd`;
+    const words = /\s/.test(String.fromCharCode(c)) ? 2 : 1;
+    if (tokenize(text).length !== words || countTokens(text) !== words) {
+      throw new Error(
+        `U+${c.toString(16).padStart(4, "0")}: expected ${words} tokens, got ${tokenize(text).length}`,
+      );
+    }
+  }
+  // Between two words a lone surrogate is a word character, as a pair is.
+  assertEquals(tokenize("a\ud800 b"), referenceTokenize("a\ud800 b"));
+});
+
 Deno.test("tokenize cuts words longer than 12 code units into 12-unit chunks", () => {
   assertEquals(tokenize("a".repeat(12)).length, 1);
   assertEquals(tokenize("a".repeat(13)).length, 2);

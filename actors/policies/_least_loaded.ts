@@ -5,7 +5,9 @@
  * work), ties broken uniformly at random so that no instance, instance 0 least
  * of all, collects every tie. Only available instances compete (the view's
  * `available`); with every instance available, the choices and draws are
- * those of a fleet without faults.
+ * those of a fleet without faults. On a fleet the router indexes
+ * (`view.index`), the same choice comes from the index, with one draw among
+ * the tied instead of one per tie met.
  */
 import type { Request } from "../protocol.ts";
 import type { RandomStream } from "./policy.ts";
@@ -21,6 +23,7 @@ import type { RouterView } from "./policy.ts";
  * instances only; unavailable ones draw nothing.
  */
 export function leastLoaded(view: RouterView, random: RandomStream): number {
+  if (view.index !== undefined) return view.index.pickLeast("active", random);
   const { waiting, running, capacity } = view;
   return pickBy(
     view.instanceCount,
@@ -56,6 +59,12 @@ export function leastLoaded(view: RouterView, random: RandomStream): number {
  * Unavailable instances are skipped before their match is asked for, so they
  * neither compete nor draw: the longest match is the longest among the
  * available instances.
+ *
+ * On an indexed fleet (`view.index`) only the index's candidates (the
+ * holders of the request's first block run) are asked, in index order: the
+ * same choice and the same draws, since the others match nothing. Under the
+ * group view every candidate matches alike, and the index answers the least
+ * loaded of them with one draw among equals.
  */
 export function leastLoadedLongestMatch(
   view: RouterView,
@@ -63,11 +72,17 @@ export function leastLoadedLongestMatch(
   random: RandomStream,
   hostCredit: number,
 ): number {
+  const index = view.index;
+  if (index?.wholeMatches === true) return index.pickLeastActiveCandidate(request, random);
+  // Indexed: only the candidates can match; the others would be skipped without a draw.
+  const candidates = index?.candidates(request);
   const { waiting, running, capacity } = view;
   const available = availabilityMask(view);
+  const n = candidates === undefined ? view.instanceCount : candidates.size;
   let best = -1, longest = 0, bestLoad = Infinity, ties = 0;
-  for (let i = 0; i < view.instanceCount; i++) {
-    if (available !== undefined && available[i] !== 1) continue;
+  for (let k = 0; k < n; k++) {
+    const i = candidates === undefined ? k : candidates.at(k);
+    if (candidates === undefined && available !== undefined && available[i] !== 1) continue;
     const matched = effectiveMatch(view, i, request, hostCredit);
     if (matched === 0 || matched < longest) continue;
     const load = (waiting[i] + running[i]) / capacity[i];

@@ -3,7 +3,7 @@
  * The arg-max every scored policy needs, with a uniformly random choice among
  * equal scores (reservoir sampling), so no instance collects every tie.
  */
-import type { RandomStream } from "./policy.ts";
+import type { IndexList, RandomStream } from "./policy.ts";
 
 /**
  * The index in [0, n) with the highest `score` (among those `score` does not
@@ -49,3 +49,24 @@ export function firstBy(n: number, score: (i: number) => number, available?: Arr
 
 /** A stream whose every draw is 1: `random() * ties < 1` never holds, so no tie replaces the first. */
 const NEVER_REPLACE: RandomStream = () => 1;
+
+/**
+ * {@linkcode pickBy} over the instances of `list` only, in its (index)
+ * order: the same choice and the same draws as `pickBy` over the whole fleet
+ * whenever every instance outside `list` scores NaN (is not a candidate).
+ */
+export function pickAmong(list: IndexList, score: (i: number) => number, random: RandomStream): number {
+  let best = -1, bestScore = -Infinity, ties = 0;
+  for (let k = 0; k < list.size; k++) {
+    const i = list.at(k), s = score(i);
+    if (Number.isNaN(s)) continue;
+    if (best < 0 || s > bestScore) {
+      best = i;
+      bestScore = s;
+      ties = 1;
+    } else if (s === bestScore && random() * ++ties < 1) {
+      best = i;
+    }
+  }
+  return best;
+}

@@ -72,10 +72,16 @@ export function chwbl(options: ChwblOptions = {}): RoutingPolicy {
       const { inFlight, capacity } = view;
       const available = availabilityMask(view);
       let total = 0, capacitySum = 0;
-      for (let i = 0; i < n; i++) {
-        if (available !== undefined && available[i] !== 1) continue;
-        total += inFlight[i];
-        capacitySum += capacity[i];
+      if (view.index !== undefined) {
+        // Indexed: the same sums, kept as instances change (inFlight counts are integers: exact in any order).
+        total = view.index.inFlightSum();
+        capacitySum = view.index.capacitySum();
+      } else {
+        for (let i = 0; i < n; i++) {
+          if (available !== undefined && available[i] !== 1) continue;
+          total += inFlight[i];
+          capacitySum += capacity[i];
+        }
       }
       const bound = (loadFactor * (total + 1)) / capacitySum;
       const key = fnv1a(request.prefixGroup >= 0 ? `g${request.prefixGroup}` : `r${request.id}`);

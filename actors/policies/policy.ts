@@ -108,6 +108,69 @@ export interface RouterView {
    * give them a discounted credit (design.md, "Host KV tier").
    */
   hostMatchedBlocks(instance: number, request: Request): number;
+  /**
+   * The router's indexes over a large fleet (absent on small fleets and in
+   * plugins): the same answers a scan of this view gives, at O(log n) a
+   * question, so that no decision scans every instance (design.md,
+   * "Decisions that do not scan the fleet"). A policy that finds it may use
+   * it; one that scans stays correct.
+   */
+  readonly index?: FleetQueries;
+}
+
+/** A load {@linkcode FleetQueries} orders instances by (see `actors/fleet_index.ts`). */
+export type FleetLoad =
+  /** `(waiting + running) / capacity` */
+  | "active"
+  /** `inFlight / capacity` */
+  | "inFlight"
+  /** `(pendingPrefillTokens + decodeBlocks × blockTokens) / capacity` */
+  | "prefillDecode";
+
+/** Instances in index order: the `k`-th of `size`. */
+export interface IndexList {
+  readonly size: number;
+  at(k: number): number;
+}
+
+/**
+ * What {@linkcode RouterView.index} answers, over the *available* instances.
+ * `first*` answers give the lowest index among equals (as a scan that keeps
+ * the first); `pick*` answers draw once, uniformly, among equals (a scan
+ * draws once per tie it meets: the same distribution, other draws). -1: no
+ * instance qualifies.
+ */
+export interface FleetQueries {
+  /**
+   * Whether a candidate ({@linkcode FleetQueries.candidates}) matches all of
+   * a request's keyed blocks: the view matches whole prefix groups (the FIFO
+   * model's caches).
+   */
+  readonly wholeMatches: boolean;
+  /**
+   * The available instances that may match `request` (those believed to
+   * hold its group, or its first block run), in index order: every other
+   * instance matches 0 blocks. Asking counts as consulting every match.
+   * Undefined when the view cannot index its holders (a host tier: a match
+   * may start in host memory): scan.
+   */
+  candidates(request: Request): IndexList | undefined;
+  /** With `wholeMatches`: a uniformly drawn candidate of least `active` load. */
+  pickLeastActiveCandidate(request: Request, random: RandomStream): number;
+  /** The least load; `Infinity` with no instance available. */
+  minLoad(load: FleetLoad): number;
+  /** The greatest load; `-Infinity` with no instance available. */
+  maxLoad(load: FleetLoad): number;
+  /** The lowest-indexed instance of least load. */
+  firstLeast(load: FleetLoad): number;
+  /** A uniformly drawn instance of least load. */
+  pickLeast(load: FleetLoad, random: RandomStream): number;
+  /** A uniformly drawn available instance. */
+  pickAvailable(random: RandomStream): number;
+  /** The sum of `inFlight` over available instances. */
+  inFlightSum(): number;
+  /** The sum of `capacity` over available instances (added in index order). */
+  capacitySum(): number;
 }
 
 /**

@@ -7,7 +7,7 @@
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
-import { pickBy } from "./_pick.ts";
+import { pickAmong, pickBy } from "./_pick.ts";
 import { PUSHED_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode prebleE2}. */
@@ -35,6 +35,24 @@ export function prebleE2(options: PrebleE2Options = {}): RoutingPolicy {
       const cost = (i: number) =>
         (view.pendingPrefillTokens[i] + view.decodeBlocks[i] * B) / view.capacity[i];
       const available = availabilityMask(view);
+      const index = view.index, candidates = index?.candidates(request);
+      if (index !== undefined && candidates !== undefined) {
+        // Indexed: the longest match among the candidates (the same choice and draws as the scan
+        // below); exploring, the least cost from the index (one draw among equals).
+        let longest = 0;
+        for (let k = 0; k < candidates.size; k++) {
+          longest = Math.max(longest, effectiveMatch(view, candidates.at(k), request, hostCredit));
+        }
+        const matched = longest * B, total = request.prefixTokens + request.suffixTokens;
+        if (longest > 0 && total - matched < matched) {
+          return pickAmong(
+            candidates,
+            (i) => effectiveMatch(view, i, request, hostCredit) === longest ? -cost(i) : NaN,
+            random,
+          );
+        }
+        return index.pickLeast("prefillDecode", random);
+      }
       let longest = 0;
       for (let i = 0; i < view.instanceCount; i++) {
         if (available !== undefined && available[i] !== 1) continue;

@@ -54,6 +54,29 @@ export function sglangCacheAware(options: SglangCacheAwareOptions = {}): Routing
   return {
     name: "sglang_cache_aware",
     choose(request, view) {
+      const index = view.index;
+      // Indexed: the scan below answered from the fleet index, with the same choices (no draw is involved).
+      const indexedBalance = index !== undefined &&
+        index.maxLoad("inFlight") - index.minLoad("inFlight") > balanceAbs &&
+        index.maxLoad("inFlight") > balanceRel * index.minLoad("inFlight");
+      if (indexedBalance) return index.firstLeast("inFlight");
+      const candidates = index?.candidates(request);
+      if (index !== undefined && candidates !== undefined) {
+        let best = -1, longest = 0;
+        // Whole-group matches are all equal: the first candidate is the scan's first of the longest.
+        const walked = index.wholeMatches ? Math.min(1, candidates.size) : candidates.size;
+        for (let k = 0; k < walked; k++) {
+          const i = candidates.at(k), matched = effectiveMatch(view, i, request, hostCredit);
+          if (matched > longest) {
+            best = i;
+            longest = matched;
+          }
+        }
+        const total = request.prefixTokens + request.suffixTokens;
+        return total > 0 && (longest * view.blockTokens) / total > cacheThreshold
+          ? best
+          : index.firstLeast("inFlight");
+      }
       const { inFlight, capacity } = view;
       const available = availabilityMask(view);
       const load = (i: number) => inFlight[i] / capacity[i];

@@ -6,7 +6,7 @@
 import type { PolicyDescriptor, RoutingPolicy } from "./policy.ts";
 import { availabilityMask } from "./_availability.ts";
 import { effectiveMatch, HOST_CREDIT } from "./_host_credit.ts";
-import { pickBy } from "./_pick.ts";
+import { pickAmong, pickBy } from "./_pick.ts";
 import { NO_LOAD } from "./_real_views.ts";
 
 /** Options for {@linkcode vllmPrefix}. */
@@ -25,13 +25,33 @@ export function vllmPrefix(options: VllmPrefixOptions = {}): RoutingPolicy {
   const hostCredit = options.hostCredit ?? HOST_CREDIT.default;
   return {
     name: "vllm_prefix",
-    choose: (request, view, random) =>
-      pickBy(
-        view.instanceCount,
-        (i) => effectiveMatch(view, i, request, hostCredit),
+    choose(request, view, random) {
+      const candidates = view.index?.candidates(request);
+      if (candidates === undefined) {
+        return pickBy(
+          view.instanceCount,
+          (i) => effectiveMatch(view, i, request, hostCredit),
+          random,
+          availabilityMask(view),
+        );
+      }
+      // Indexed: uniform among the longest matching candidates, else among all (one draw each way).
+      let longest = 0;
+      const walked = view.index!.wholeMatches ? Math.min(1, candidates.size) : candidates.size;
+      for (let k = 0; k < walked; k++) {
+        longest = Math.max(longest, effectiveMatch(view, candidates.at(k), request, hostCredit));
+      }
+      if (longest === 0) return view.index!.pickAvailable(random);
+      if (view.index!.wholeMatches) {
+        // Whole-group matches are all equal: one draw among the candidates.
+        return candidates.at(Math.min(candidates.size - 1, Math.floor(random() * candidates.size)));
+      }
+      return pickAmong(
+        candidates,
+        (i) => effectiveMatch(view, i, request, hostCredit) === longest ? 0 : NaN,
         random,
-        availabilityMask(view),
-      ),
+      );
+    },
   };
 }
 

@@ -142,8 +142,8 @@ export class Kernel {
   /**
    * Messages stamped with the current time, in send order: most messages
    * (replies, reports) are sent for now, and a FIFO takes them in O(1)
-   * instead of the heap's O(log n). Exact: every heap entry stamped now was
-   * sent before the clock got here, so before any of these (design.md).
+   * instead of the heap's O(log n). Exact: every queued entry stamped now
+   * was sent before the clock got here, so before any of these (design.md).
    */
   readonly #laneSeq: number[] = [];
   readonly #laneTo: number[] = [];
@@ -383,13 +383,15 @@ export class Kernel {
   /**
    * Takes the next message due by `untilMs` into `#taken*` (the caller
    * advances the clock to it, unless it was cancelled); false when there is
-   * none. Heap entries stamped now come before the
-   * lane (they were sent earlier), the lane before later times.
+   * none. Queued entries stamped now (in the event queue's heap or its
+   * run) come before the lane (they were sent earlier), the lane before
+   * later times.
    */
   #take(untilMs: number): boolean {
     const queue = this.#queue;
+    const next = queue.peekTimeMs(); // Infinity when empty
     const head = this.#laneHead;
-    if (head < this.#laneTail && !(queue.size > 0 && queue.peekTimeMs() === this.#now)) {
+    if (head < this.#laneTail && next !== this.#now) {
       if (this.#now > untilMs) return false;
       this.#takenSeq = this.#laneSeq[head];
       this.#takenTimeMs = this.#now;
@@ -400,7 +402,7 @@ export class Kernel {
       else this.#laneHead = head + 1;
       return true;
     }
-    if (queue.size === 0 || queue.peekTimeMs() > untilMs) return false;
+    if (queue.size === 0 || next > untilMs) return false;
     this.#takenMessage = queue.pop();
     this.#takenSeq = queue.poppedSeq;
     this.#takenTo = queue.poppedTo;

@@ -6,7 +6,7 @@
  * at once, with everything else already due. `deno task serve` runs its
  * simulated instances so (design.md, "Over the wire").
  *
- * Unlike the Worker runtime's lock-step, nothing here waits for another
+ * Unlike the Worker runtime's conservative delivery, nothing here waits for another
  * thread: a delivery is late only when this thread is busy. The order of
  * deliveries is still the kernel's (time, then send order); what is not
  * reproducible is when the outside sends.
@@ -16,6 +16,8 @@ import { Kernel } from "./kernel.ts";
 import { WallClock, type WallTime } from "./wall_clock.ts";
 import type { LagStats } from "./worker_runtime.ts";
 
+/** The reason a pacer's sleep is cut short: an injection woke it. */
+const WOKEN = Symbol("woken");
 /** Options for {@linkcode LiveRuntime}. */
 export interface LiveRuntimeOptions {
   /** Seed of every actor's random stream. */
@@ -172,7 +174,8 @@ export class LiveRuntime {
       const next = this.kernel.nextTimeMs();
       const wait = next === Infinity ? MAX_SLEEP_MS : Math.min(MAX_SLEEP_MS, this.#clock.wallMsUntil(next));
       const woken = new AbortController();
-      this.#wake = () => woken.abort();
+      // A constant reason: abort() without one builds a DOMException (with its stack) per wake-up.
+      this.#wake = () => woken.abort(WOKEN);
       await this.#time.sleep(Math.max(0, wait), woken.signal);
       this.#wake = undefined;
     }

@@ -44,8 +44,12 @@ class HostContext implements ActorContext<Message> {
     return timer as TimerId;
   }
   scheduleAt(timeMs: number, message: Message): TimerId {
-    // Real time: the central clock stamps by delay from this delivery.
-    return this.schedule(Math.max(0, timeMs - this.timeMs), message);
+    const delayMs = timeMs - this.timeMs;
+    checkDelay(delayMs, message);
+    const timer = this.#timers++;
+    // The instant itself, as the virtual kernel keeps it: no `now + (t − now)` rounding moves it.
+    this.outbox.push({ op: "schedule", timer, message, delayMs, atMs: timeMs });
+    return timer as TimerId;
   }
   cancel(timer: TimerId): void {
     this.outbox.push({ op: "cancel", timer });
@@ -143,19 +147,25 @@ export function serveActor(factories: Readonly<Record<string, unknown>>): void {
     if (!event.isTrusted) return;
     const command = event.data;
     if (command.type === "spawn") return void spawn(command);
-    const ctx = contexts[command.actor];
-    ctx.timeMs = command.timeMs;
-    ctx.outbox = [];
-    try {
-      // A plugin's code may have run since the last delivery (a timer, a promise).
-      assertBuiltInsIntact();
-      actors[command.actor].handle(command.message, ctx);
-      reply({ type: "handled", outbox: ctx.outbox });
-    } catch (error) {
-      const kind = error instanceof SimulationError ? error.kind : "actor_threw";
-      const message = error instanceof SimulationError ? error.detail : errorText(error);
-      reply({ type: "failed", kind, message, error: errorToData(error) });
+    // A batch: each delivery in order, one answer for all (and a failure after the ones handled).
+    const outboxes: Outgoing[][] = [];
+    for (const delivery of command.deliveries) {
+      const ctx = contexts[delivery.actor];
+      ctx.timeMs = delivery.timeMs;
+      ctx.outbox = [];
+      try {
+        // A plugin's code may have run since the last delivery (a timer, a promise).
+        assertBuiltInsIntact();
+        actors[delivery.actor].handle(delivery.message, ctx);
+        outboxes.push(ctx.outbox);
+      } catch (error) {
+        if (outboxes.length !== 0) reply({ type: "handled", outboxes });
+        const kind = error instanceof SimulationError ? error.kind : "actor_threw";
+        const message = error instanceof SimulationError ? error.detail : errorText(error);
+        return reply({ type: "failed", kind, message, error: errorToData(error) });
+      }
     }
+    reply({ type: "handled", outboxes });
   });
 }
 

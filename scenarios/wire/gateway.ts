@@ -40,6 +40,7 @@ import {
   type HttpServer,
   NO_CONNECTIONS,
   serveHttp,
+  wholeBodyOf,
 } from "./http_server.ts";
 import { LIVE_PAGE_HTML } from "./live_page.ts";
 import {
@@ -53,6 +54,7 @@ import {
 import { parsePrometheus, parseTypes, readLoad, VLLM_TTFT_BUCKETS_S } from "./prometheus.ts";
 import { BucketHistogram } from "./prometheus.ts";
 import { promptRequest, tokenize } from "./tokenizer.ts";
+import { HttpClient } from "./http_client.ts";
 import { GatewayShutdown, isLocalExhaustion, relayAttempt, type RelayEvents } from "./upstream_relay.ts";
 
 /** Options for {@linkcode startGateway}. */
@@ -328,6 +330,8 @@ interface Exchange {
   lastError: string;
   /** The Authorization header, forwarded. */
   readonly authorization: string | null;
+  /** The client's body as it came, when it came whole with its head (forwarded as is where it may be). */
+  readonly rawBody: Uint8Array | undefined;
 }
 
 class GatewayServer implements Gateway {
@@ -351,7 +355,7 @@ class GatewayServer implements Gateway {
   readonly #ttft = new BucketHistogram(VLLM_TTFT_BUCKETS_S);
   readonly #stop = new AbortController();
   /** The connection pool of every request to the upstreams (see {@linkcode UPSTREAM_POOL_IDLE_MS}). */
-  readonly #http = Deno.createHttpClient({ poolIdleTimeout: UPSTREAM_POOL_IDLE_MS });
+  readonly #http = new HttpClient({ idleTimeoutMs: UPSTREAM_POOL_IDLE_MS });
   /** Requests given to the router and not yet decided (see #watchRouter). */
   readonly #undecided = new Set<number>();
   /** Decisions the router has made (see #watchRouter). */
@@ -568,6 +572,7 @@ class GatewayServer implements Gateway {
     const relay = relayAttempt({
       url: this.#o.upstreams[index].replace(/\/+$/, "") + PATHS[exchange.parsed.endpoint],
       body: exchange.parsed.body,
+      rawBody: exchange.rawBody,
       stream: exchange.parsed.stream,
       includeUsage: exchange.parsed.includeUsage,
       headers: { "x-routed-to": String(index) },
@@ -668,9 +673,8 @@ class GatewayServer implements Gateway {
       this.#inject(to, { type: "upstream_scrape_failed", cause, ...(heard && { heard }) });
     };
     try {
-      const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/metrics`, {
+      const response = await this.#http.request(`${this.#o.upstreams[i].replace(/\/+$/, "")}/metrics`, {
         signal,
-        client: this.#http,
       });
       const text = await response.text();
       if (response.status >= 500 && response.status !== 501) return failed("answer");
@@ -750,6 +754,7 @@ class GatewayServer implements Gateway {
     let exchange: Exchange;
     try {
       if (this.#draining || this.#failure !== undefined) throw shuttingDown(this.#failure);
+      const rawBody = wholeBodyOf(request);
       const body = await readJsonBody(request, this.#o.maxBodyBytes, { requireJsonContentType: true });
       const parsed = parseRequest(body, endpoint);
       const served = this.#o.servedModelName;
@@ -773,6 +778,7 @@ class GatewayServer implements Gateway {
         answered: false,
         lastError: "",
         authorization: request.headers.get("authorization"),
+        rawBody,
       };
       this.#exchanges.set(id, exchange);
       this.#undecided.add(id);
@@ -810,9 +816,8 @@ class GatewayServer implements Gateway {
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(), this.#o.upstreamTimeoutMs);
     try {
-      const response = await fetch(`${this.#o.upstreams[i].replace(/\/+$/, "")}/v1/models`, {
+      const response = await this.#http.request(`${this.#o.upstreams[i].replace(/\/+$/, "")}/v1/models`, {
         signal: AbortSignal.any([timeout.signal, this.#stop.signal]),
-        client: this.#http,
       });
       const text = await response.text();
       return new Response(text, {

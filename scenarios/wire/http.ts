@@ -5,6 +5,8 @@
  * Server-Sent Events writing and reading (the `data: <JSON>\n\n` framing of
  * OpenAI's streams, ending with `data: [DONE]`).
  */
+import type { ByteReader, ByteStream } from "./http_client.ts";
+import { wholeBodyOf } from "./http_server.ts";
 import { OpenAIError, refuseDeepNesting } from "./openai.ts";
 
 /** Largest request body accepted by default, in bytes (1 MiB). */
@@ -132,9 +134,13 @@ export async function readJsonBody(
     await request.body?.cancel().catch(() => {});
     throw refusal;
   }
-  const bytes = request.body === null
-    ? new Uint8Array()
-    : await readWithin(request.body, maxBytes, timeoutMs);
+  const whole = wholeBodyOf(request);
+  if (whole !== undefined && whole.length > maxBytes) {
+    await request.body?.cancel().catch(() => {});
+    throw tooLarge(maxBytes);
+  }
+  const bytes = whole ??
+    (request.body === null ? new Uint8Array() : await readWithin(request.body, maxBytes, timeoutMs));
   let text: string;
   try {
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
@@ -283,8 +289,20 @@ function takeLines(buffer: string, final: boolean): { lines: string[]; rest: str
  * blank line before the end of the body is still yielded. Stopping the
  * iteration early cancels the body.
  */
-export async function* readSseData(body: ReadableStream<Uint8Array>): AsyncGenerator<string> {
-  const reader = body.getReader();
+export async function* readSseData(body: ReadableStream<Uint8Array> | ByteStream): AsyncGenerator<string> {
+  for await (const events of readSseEvents(body)) yield* events;
+}
+
+/**
+ * The same events as {@linkcode readSseData}, as the batches that each read
+ * of the body completed (never empty): a relay that handles a batch at once
+ * passes events that arrived together on together (one write, not one per
+ * event). Stopping the iteration early cancels the body.
+ */
+export async function* readSseEvents(
+  body: ReadableStream<Uint8Array> | ByteStream,
+): AsyncGenerator<string[]> {
+  const reader: ByteReader = body instanceof ReadableStream ? body.getReader() : body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
   let data: string[] = [];
@@ -297,9 +315,10 @@ export async function* readSseData(body: ReadableStream<Uint8Array>): AsyncGener
       const { lines, rest } = takeLines(buffer, done);
       buffer = rest;
       if (done && rest !== "") lines.push(rest);
+      const events: string[] = [];
       for (const line of lines) {
         if (line === "") {
-          if (data.length > 0) yield data.join("\n");
+          if (data.length > 0) events.push(data.join("\n"));
           data = [];
           continue;
         }
@@ -310,8 +329,9 @@ export async function* readSseData(body: ReadableStream<Uint8Array>): AsyncGener
         const value = colon < 0 ? "" : line.slice(line.charCodeAt(colon + 1) === 32 ? colon + 2 : colon + 1);
         data.push(value);
       }
+      if (done && data.length > 0) events.push(data.join("\n"));
+      if (events.length > 0) yield events;
     }
-    if (data.length > 0) yield data.join("\n");
   } finally {
     if (!finished) await reader.cancel().catch(() => {});
     reader.releaseLock();

@@ -216,6 +216,19 @@ const latin1 = new TextDecoder("latin1");
 const CHUNKED_END = encoder.encode("0\r\n\r\n");
 const CRLF = encoder.encode("\r\n");
 
+/** The bodies that came whole with their heads, by request (see {@linkcode wholeBodyOf}). */
+const wholeBodies = new WeakMap<Request, Uint8Array>();
+
+/**
+ * The body of a request this server read whole before calling the handler
+ * (a small body comes in the same packets as its head), or undefined (a
+ * body still arriving, or a request from elsewhere): a JSON body then needs
+ * no stream, reader or timer. Reading the request's own `body` still works.
+ */
+export function wholeBodyOf(request: Request): Uint8Array | undefined {
+  return request.bodyUsed ? undefined : wholeBodies.get(request);
+}
+
 /** Whether `error` is the process (or system) running out of descriptors. */
 export function isDescriptorExhaustion(error: unknown): boolean {
   const code = osErrorCode(error);
@@ -622,6 +635,7 @@ class Connection {
     } catch (error) {
       throw new BadRequest(400, `the request is malformed: ${(error as Error).message}`);
     }
+    if (bytes !== undefined) wholeBodies.set(request, bytes);
     let responding = true;
     // Once the body is in (or there is none), a read that ends the stream means the client left.
     const watch = async () => {
@@ -695,40 +709,36 @@ class Connection {
     // The client left while the stream waits for its next event: end it now (its producer sees the cancel).
     this.#onGone = () => reader.cancel().catch(() => {});
     if (this.#eof) this.#onGone();
-    if (!await this.#write(encoder.encode(head_))) {
-      await reader.cancel().catch(() => {});
-      return false;
-    }
+    // What is ready goes out in one write: the head with the events already queued behind it, and the
+    // events a producer queued together (a short answer's token, usage and end: one write, not five).
+    const out = new WriteBatch(raw);
+    out.addHead(encoder.encode(head_));
     while (true) {
-      let next: ReadableStreamReadResult<Uint8Array>;
+      const read = reader.read();
+      let next: ReadableStreamReadResult<Uint8Array> | undefined;
       try {
-        next = await reader.read();
+        next = await Promise.race([read, NOTHING_QUEUED]);
+        if ((next === undefined || out.full) && !await this.#write(out.take())) {
+          await reader.cancel().catch(() => {});
+          return false;
+        }
+        next ??= await read;
       } catch {
+        await this.#write(out.take());
         return false; // the body failed mid-way: the client sees a cut stream
       }
-      if (next.done) return !raw && !this.#eof && await this.#write(CHUNKED_END);
-      const chunk = next.value;
-      if (chunk.length === 0) continue;
-      if (raw) {
-        if (await this.#write(chunk)) continue;
-        await reader.cancel().catch(() => {});
-        return false;
+      if (next.done) {
+        if (!raw && !this.#eof) out.addEnd();
+        return await this.#write(out.take()) && !raw && !this.#eof;
       }
-      const size = encoder.encode(`${chunk.length.toString(16)}\r\n`);
-      const frame = new Uint8Array(size.length + chunk.length + 2);
-      frame.set(size, 0);
-      frame.set(chunk, size.length);
-      frame.set(CRLF, size.length + chunk.length);
-      if (!await this.#write(frame)) {
-        await reader.cancel().catch(() => {});
-        return false;
-      }
+      out.add(next.value);
     }
   }
 
   /** Writes all of `bytes` within the idle timeout; false (and closed) when the client is gone or not reading. */
   async #write(bytes: Uint8Array): Promise<boolean> {
     if (this.#closed) return false;
+    if (bytes.length === 0) return true;
     // A client that does not read: its window fills, the write waits, and the sweep closes it.
     this.#deadline(this.#server.limits.idleTimeoutMs, "idleTimedOut");
     try {
@@ -832,6 +842,64 @@ class Connection {
     } finally {
       this.#clearDeadline();
     }
+  }
+}
+
+/** Settled at once: raced with a stream's read, it says whether a chunk was queued already (the read wins then). */
+const NOTHING_QUEUED: Promise<undefined> = Promise.resolve(undefined);
+
+/** Bytes a streamed response gathers before it writes them (without waiting for more). */
+const WRITE_BATCH_BYTES = 65_536;
+
+/** A streamed response's bytes not written yet: the head, chunks framed (unless `raw`), the end. */
+class WriteBatch {
+  #parts: Uint8Array[] = [];
+  #bytes = 0;
+
+  /** @param raw write chunks as they are (HTTP/1.0), not in chunked coding. */
+  constructor(readonly raw: boolean) {}
+
+  /** Whether it holds enough to write now. */
+  get full(): boolean {
+    return this.#bytes >= WRITE_BATCH_BYTES;
+  }
+
+  addHead(head: Uint8Array): void {
+    this.#push(head);
+  }
+
+  /** One chunk of the body (an empty one is nothing: in chunked coding it would end the body). */
+  add(chunk: Uint8Array): void {
+    if (chunk.length === 0) return;
+    if (!this.raw) this.#push(encoder.encode(`${chunk.length.toString(16)}\r\n`));
+    this.#push(chunk);
+    if (!this.raw) this.#push(CRLF);
+  }
+
+  /** The last chunk of chunked coding. */
+  addEnd(): void {
+    this.#push(CHUNKED_END);
+  }
+
+  /** Everything held, as one buffer (empty when nothing is), and empties the batch. */
+  take(): Uint8Array {
+    const parts = this.#parts;
+    const all = parts.length === 1 ? parts[0] : new Uint8Array(this.#bytes);
+    if (parts.length > 1) {
+      let at = 0;
+      for (const part of parts) {
+        all.set(part, at);
+        at += part.length;
+      }
+    }
+    this.#parts = [];
+    this.#bytes = 0;
+    return all;
+  }
+
+  #push(bytes: Uint8Array): void {
+    this.#parts.push(bytes);
+    this.#bytes += bytes.length;
   }
 }
 

@@ -13,6 +13,7 @@ import { ACTOR_NAMES, buildSource, checkConservation, type SimulationConfig } fr
 import { TraceSource } from "../../actors/trace_source.ts";
 import { formatReport, type RunReport } from "../report/run_report.ts";
 import { readSseData } from "./http.ts";
+import { type ByteStream, type ClientHeaders, type ClientResponse, HttpClient } from "./http_client.ts";
 import { promptText, promptTokenIds } from "./tokenizer.ts";
 
 /** Which OpenAI endpoint the generator loads. */
@@ -447,6 +448,9 @@ class LoopLagProbe {
   }
 }
 
+/** The reason a request's deadline watch is stopped with once the request is over. */
+const FINISHED = new Error("the request is over");
+
 /** One load run: the sender loop, the requests in flight, and what came back. */
 class LoadRun {
   readonly #options: LoadOptions;
@@ -457,6 +461,8 @@ class LoadRun {
   readonly #loop: LoopLagProbe;
   readonly #inFlight = new Set<AbortController>();
   readonly #pending = new Set<Promise<void>>();
+  /** The run's connections: kept alive between requests, as `fetch`'s pool would. */
+  readonly #client = new HttpClient();
   #completed = 0;
   #failed = 0;
   #dropped = 0;
@@ -496,6 +502,7 @@ class LoadRun {
       }
       while (this.#pending.size > 0) await Promise.all([...this.#pending]);
     } finally {
+      this.#client.close();
       signal?.removeEventListener("abort", onAbort);
       this.#endWallMs = wallTime.now();
       await this.#loop.stop();
@@ -561,7 +568,7 @@ class LoadRun {
       controller.abort();
     });
     try {
-      const response = await fetch(this.#url, {
+      const response = await this.#client.request(this.#url, {
         method: "POST",
         headers: { "content-type": "application/json" },
         body,
@@ -593,7 +600,7 @@ class LoadRun {
         drop: failure.drop,
       };
     } finally {
-      finished.abort();
+      finished.abort(FINISHED); // a reason of its own: no DOMException (and its stack) per request
       this.#inFlight.delete(controller);
     }
   }
@@ -831,7 +838,7 @@ function clientUnmeasured(load: LoadStats) {
 }
 
 /** The instance that served a response: `x-routed-to` (a gateway's), else `x-sim-instance`; undefined when neither is a whole number. */
-export function instanceOf(headers: Headers): number | undefined {
+export function instanceOf(headers: ClientHeaders): number | undefined {
   for (const name of ["x-routed-to", "x-sim-instance"]) {
     const value = headers.get(name);
     if (value !== null && /^\s*\d+\s*$/.test(value)) return Number(value);
@@ -841,7 +848,7 @@ export function instanceOf(headers: Headers): number | undefined {
 
 /** Reads a response to its end. @throws {RequestFailure} for an HTTP error, a non-SSE answer or a bad stream. */
 async function readAnswer(
-  response: Response,
+  response: ClientResponse,
   endpoint: LoadEndpoint,
   wallTime: WallTime,
   onEvent: () => void,
@@ -851,8 +858,8 @@ async function readAnswer(
     throw new RequestFailure(`http ${response.status}`, message, dropReason(response.status, message, code));
   }
   const type = response.headers.get("content-type") ?? "";
-  if (response.body === null || !type.includes("text/event-stream")) {
-    await response.body?.cancel();
+  if (!type.includes("text/event-stream")) {
+    await response.cancel();
     throw new RequestFailure("bad stream", `expected an SSE stream (text/event-stream), got "${type}"`);
   }
   return await readStream(response.body, endpoint, wallTime, onEvent);
@@ -870,20 +877,20 @@ function dropReason(status: number, message: string, code: string | undefined): 
 }
 
 /** The first few KB of an error response: its OpenAI error message and code when it has them. */
-async function errorBody(response: Response): Promise<{ message: string; code: string | undefined }> {
-  const reader = response.body?.getReader();
+async function errorBody(response: ClientResponse): Promise<{ message: string; code: string | undefined }> {
+  const reader = response.body.getReader();
   let text = "";
   const decoder = new TextDecoder();
   try {
     for (
-      let chunk = await reader?.read();
+      let chunk = await reader.read();
       chunk && !chunk.done && text.length < 4096;
-      chunk = await reader?.read()
+      chunk = await reader.read()
     ) {
       text += decoder.decode(chunk.value, { stream: true });
     }
   } finally {
-    await reader?.cancel().catch(() => {});
+    await reader.cancel().catch(() => {});
   }
   try {
     const error = JSON.parse(text)?.error;
@@ -893,7 +900,7 @@ async function errorBody(response: Response): Promise<{ message: string; code: s
   } catch {
     // Not JSON: the text itself.
   }
-  return { message: text.slice(0, 200) || response.statusText, code: undefined };
+  return { message: text.slice(0, 200) || `HTTP ${response.status}`, code: undefined };
 }
 
 /**
@@ -904,7 +911,7 @@ async function errorBody(response: Response): Promise<{ message: string; code: s
  * stream without text, or one that ends before `data: [DONE]`.
  */
 async function readStream(
-  body: ReadableStream<Uint8Array>,
+  body: ByteStream,
   endpoint: LoadEndpoint,
   wallTime: WallTime,
   onEvent: () => void,

@@ -25,7 +25,7 @@
  */
 import { z } from "zod";
 import { describeIssue } from "../scenario.ts";
-import { type ChatMessage, countTokens, renderChat } from "./tokenizer.ts";
+import { type ChatMessage, hasTokens, renderChat } from "./tokenizer.ts";
 
 /** An error answered in OpenAI's shape: `{ error: { message, type, param, code } }` with an HTTP status. */
 export class OpenAIError extends Error {
@@ -388,7 +388,7 @@ function completionPrompt(prompt: unknown): string | number[] {
     throw invalid("prompt", `${expected}, got ${JSON.stringify(prompt) ?? "nothing"}`);
   }
   if (typeof prompt === "string") {
-    if (countTokens(prompt) === 0) {
+    if (!hasTokens(prompt)) {
       throw invalid("prompt", `expected a prompt with at least one token, got ${JSON.stringify(prompt)}`);
     }
     return prompt;

@@ -37,36 +37,39 @@ const FNV_PRIME = 0x01000193;
 const KEY_MODULUS = 0x7fffffff;
 /** key_{−1} of every chain. */
 const CHAIN_SEED = 0x5eed_b10c;
-const WORDS = /\S+/g;
 
 function fnvByte(h: number, byte: number): number {
   return Math.imul(h ^ byte, FNV_PRIME);
 }
 
-/** FNV-1a 32-bit of the UTF-8 (WTF-8 for lone surrogates) bytes of `text[from, to)`. */
-function fnv1a(text: string, from: number, to: number): number {
-  let h = FNV_OFFSET;
-  for (let i = from; i < to; i++) {
-    let c = text.charCodeAt(i);
-    if (c >= 0xd800 && c <= 0xdbff && i + 1 < to) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d <= 0xdfff) {
-        c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
-        i++;
-      }
-    }
-    if (c < 0x80) {
-      h = fnvByte(h, c);
-    } else if (c < 0x800) {
-      h = fnvByte(fnvByte(h, 0xc0 | (c >> 6)), 0x80 | (c & 63));
-    } else if (c < 0x10000) {
-      h = fnvByte(fnvByte(fnvByte(h, 0xe0 | (c >> 12)), 0x80 | ((c >> 6) & 63)), 0x80 | (c & 63));
-    } else {
-      h = fnvByte(fnvByte(h, 0xf0 | (c >> 18)), 0x80 | ((c >> 12) & 63));
-      h = fnvByte(fnvByte(h, 0x80 | ((c >> 6) & 63)), 0x80 | (c & 63));
-    }
+/** Folds code point `c`'s UTF-8 bytes (WTF-8 for a lone surrogate) into FNV-1a hash `h`. */
+function fnvCodePoint(h: number, c: number): number {
+  if (c < 0x80) return fnvByte(h, c);
+  if (c < 0x800) return fnvByte(fnvByte(h, 0xc0 | (c >> 6)), 0x80 | (c & 63));
+  if (c < 0x10000) {
+    return fnvByte(fnvByte(fnvByte(h, 0xe0 | (c >> 12)), 0x80 | ((c >> 6) & 63)), 0x80 | (c & 63));
   }
-  return h >>> 0;
+  h = fnvByte(fnvByte(h, 0xf0 | (c >> 18)), 0x80 | ((c >> 12) & 63));
+  return fnvByte(fnvByte(h, 0x80 | ((c >> 6) & 63)), 0x80 | (c & 63));
+}
+
+/**
+ * Whether UTF-16 code unit `c` is whitespace by JavaScript's `\s` (Unicode
+ * White_Space plus U+FEFF): the tokenizer's word separator, tested one code
+ * unit at a time instead of by a regular expression's match objects.
+ */
+function isSpace(c: number): boolean {
+  if (c <= 32) return c === 32 || (c >= 9 && c <= 13);
+  if (c < 0xa0) return false;
+  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 ||
+    c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
+}
+
+/** The end (exclusive) of the word starting at `from` (a non-space): the next whitespace, or the text's end. */
+function wordEnd(text: string, from: number): number {
+  let i = from + 1;
+  while (i < text.length && !isSpace(text.charCodeAt(i))) i++;
+  return i;
 }
 
 /**
@@ -81,22 +84,83 @@ function fnv1a(text: string, from: number, to: number): number {
  * ```
  */
 export function tokenize(text: string): number[] {
-  const tokens: number[] = [];
-  for (const match of text.matchAll(WORDS)) {
-    const start = match.index;
-    const end = start + match[0].length;
-    for (let from = start; from < end; from += WORD_CHUNK_UNITS) {
-      tokens.push(fnv1a(text, from, Math.min(end, from + WORD_CHUNK_UNITS)));
-    }
+  const known = recentPrompts.get(text);
+  if (known !== undefined) return known.slice();
+  const tokens = tokenizeText(text);
+  if (text.length >= RECENT_PROMPT_MIN_UNITS) {
+    if (recentPrompts.size >= RECENT_PROMPTS) recentPrompts.clear();
+    recentPrompts.set(text, tokens.slice());
   }
+  return tokens;
+}
+
+/**
+ * The tokens of the prompts tokenized last (at most RECENT_PROMPTS, then it
+ * starts again). `serve` tokenizes each prompt twice in one process, in the
+ * gateway (to route) and in the instance (to serve): the second is a lookup.
+ */
+const recentPrompts = new Map<string, readonly number[]>();
+const RECENT_PROMPTS = 256;
+/** Shorter texts are tokenized again: a lookup would cost about as much. */
+const RECENT_PROMPT_MIN_UNITS = 256;
+
+/** {@linkcode tokenize}'s rule, applied. */
+function tokenizeText(text: string): number[] {
+  // One pass, hashing as it goes: `h` is the current chunk's FNV-1a, `units` its UTF-16 code units.
+  const tokens: number[] = [];
+  let h = FNV_OFFSET, units = 0;
+  for (let i = 0; i < text.length; i++) {
+    let c = text.charCodeAt(i);
+    if (c > 32 && c < 0x80) { // the common case: a printable ASCII character, one byte
+      if (units === WORD_CHUNK_UNITS) {
+        tokens.push(h >>> 0);
+        h = FNV_OFFSET, units = 0;
+      }
+      h = fnvByte(h, c);
+      units++;
+      continue;
+    }
+    if (isSpace(c)) {
+      if (units > 0) tokens.push(h >>> 0);
+      h = FNV_OFFSET, units = 0;
+      continue;
+    }
+    if (units === WORD_CHUNK_UNITS) {
+      tokens.push(h >>> 0);
+      h = FNV_OFFSET, units = 0;
+    }
+    // A surrogate pair is one code point only when both halves fall in this chunk.
+    if (c >= 0xd800 && c <= 0xdbff && units + 1 < WORD_CHUNK_UNITS && i + 1 < text.length) {
+      const d = text.charCodeAt(i + 1);
+      if (d >= 0xdc00 && d <= 0xdfff) {
+        c = 0x10000 + ((c - 0xd800) << 10) + (d - 0xdc00);
+        i++;
+        units++;
+      }
+    }
+    h = fnvCodePoint(h, c);
+    units++;
+  }
+  if (units > 0) tokens.push(h >>> 0);
   return tokens;
 }
 
 /** How many tokens `tokenize(text)` gives, without hashing. */
 export function countTokens(text: string): number {
   let n = 0;
-  for (const match of text.matchAll(WORDS)) n += Math.ceil(match[0].length / WORD_CHUNK_UNITS);
+  for (let i = 0; i < text.length; i++) {
+    if (isSpace(text.charCodeAt(i))) continue;
+    const end = wordEnd(text, i);
+    n += Math.ceil((end - i) / WORD_CHUNK_UNITS);
+    i = end;
+  }
   return n;
+}
+
+/** Whether `text` has at least one token (`countTokens(text) > 0`): any character that is not whitespace. */
+export function hasTokens(text: string): boolean {
+  for (let i = 0; i < text.length; i++) if (!isSpace(text.charCodeAt(i))) return true;
+  return false;
 }
 
 /** MurmurHash3's step: folds a 32-bit word into the running hash. */
@@ -230,14 +294,16 @@ export function renderChat(messages: readonly ChatMessage[]): string {
 const WORD_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 /** Characters per half of a token word: 62^5 ≈ 2^29.8 values each, ≈ 59.5 bits per word. */
 const HALF_WORD = 5;
+/** The alphabet's character codes, and a word's codes as they are made (one `String.fromCharCode` per word). */
+const WORD_CODES = Array.from(WORD_ALPHABET, (c) => c.charCodeAt(0));
+const wordCodes = new Array<number>(2 * HALF_WORD).fill(0);
 
-function base62(value: number, digits: number): string {
-  let s = "";
-  for (let i = 0; i < digits; i++) {
-    s += WORD_ALPHABET[value % 62];
+/** Writes `value`'s HALF_WORD base-62 digits, least significant first, into `wordCodes` from `at`. */
+function base62(value: number, at: number): void {
+  for (let i = 0; i < HALF_WORD; i++) {
+    wordCodes[at + i] = WORD_CODES[value % 62];
     value = Math.floor(value / 62);
   }
-  return s;
 }
 
 /** Folds a safe integer (or any finite number) into the hash as two 32-bit words. */
@@ -254,9 +320,10 @@ function mixNumber(h: number, value: number): number {
  */
 export function tokenWord(key: number, position: number): string {
   const h = mixNumber(mixNumber(0x3c6ef372, key), position);
-  const a = finish(h);
-  const b = finish(mixWord(h, 0x27d4eb2f));
-  return base62(a % 916_132_832, HALF_WORD) + base62(b % 916_132_832, HALF_WORD);
+  base62(finish(h) % 916_132_832, 0);
+  base62(finish(mixWord(h, 0x27d4eb2f)) % 916_132_832, HALF_WORD);
+  const c = wordCodes;
+  return String.fromCharCode(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]);
 }
 
 /** A 53-bit key from a tag and integers, for the words of a group's or a request's own tokens. */
@@ -284,7 +351,43 @@ const SHARED_TAG = 3;
  *   second run against the same servers does not hit the first run's cache).
  */
 export function promptText(request: Request, nonce: number, freshShared = false): string {
-  return promptTokens(request, nonce, tokenWord, freshShared).join(" ");
+  const parts: string[] = [];
+  for (const run of promptRuns(request, nonce, freshShared)) {
+    parts.push(run.shared ? sharedWords(run) : words(run));
+  }
+  return parts.join(" ");
+}
+
+/** One stretch of a prompt whose tokens come from one key: tokens [from, to). */
+interface PromptRun {
+  readonly key: number;
+  readonly from: number;
+  readonly to: number;
+  /** The key is shared with other requests (a block's, a group's), not the request's own. */
+  readonly shared: boolean;
+}
+
+/** The words of `run`, joined by spaces. */
+function words(run: PromptRun): string {
+  const out = new Array<string>(run.to - run.from);
+  for (let t = run.from; t < run.to; t++) out[t - run.from] = tokenWord(run.key, t);
+  return out.join(" ");
+}
+
+/** Shared runs' text, by key and range: requests that share a prefix share its text, written once. */
+const sharedText = new Map<string, string>();
+/** Entries {@linkcode sharedText} holds at most (then it starts again): ≈ 10 MB of 64-token runs. */
+const SHARED_TEXT_MAX = 16_384;
+
+function sharedWords(run: PromptRun): string {
+  const id = `${run.key}:${run.from}:${run.to}`;
+  let text = sharedText.get(id);
+  if (text === undefined) {
+    if (sharedText.size >= SHARED_TEXT_MAX) sharedText.clear();
+    text = words(run);
+    sharedText.set(id, text);
+  }
+  return text;
 }
 
 /**
@@ -327,28 +430,42 @@ function promptTokens<T>(
   token: (key: number, position: number) => T,
   freshShared: boolean,
 ): T[] {
+  const tokens = new Array<T>(request.prefixTokens + request.suffixTokens);
+  for (const { key, from, to } of promptRuns(request, nonce, freshShared)) {
+    for (let t = from; t < to; t++) tokens[t] = token(key, t);
+  }
+  return tokens;
+}
+
+/**
+ * The prompt's tokens as runs of one key each, in order and covering every
+ * token once: each keyed block, then the rest of a shared prefix (the
+ * group's key), then the request's own tokens.
+ */
+function promptRuns(request: Request, nonce: number, freshShared: boolean): PromptRun[] {
   const total = request.prefixTokens + request.suffixTokens;
   const keys = request.prefixKeys;
   const keyTokens = request.keyTokens ?? 1;
   const covered = keys !== undefined && request.keyTokens !== undefined ? keys.length * keyTokens : 0;
-  const groupKey = request.prefixGroup < 0
-    ? -1
-    : freshShared
-    ? derivedKey(GROUP_TAG, request.prefixGroup, nonce)
-    : derivedKey(GROUP_TAG, request.prefixGroup);
-  const uniqueKey = derivedKey(UNIQUE_TAG, nonce, request.id);
-  const tokens = new Array<T>(total);
-  for (let t = 0; t < total; t++) {
-    const key = t < covered
-      ? (freshShared
-        ? derivedKey(SHARED_TAG, keys![Math.floor(t / keyTokens)], nonce)
-        : keys![Math.floor(t / keyTokens)])
-      : groupKey >= 0 && t < request.prefixTokens
-      ? groupKey
-      : uniqueKey;
-    tokens[t] = token(key, t);
+  const runs: PromptRun[] = [];
+  const add = (key: number, from: number, to: number, shared: boolean) => {
+    if (to > from) runs.push({ key, from, to, shared });
+  };
+  for (let b = 0; b * keyTokens < Math.min(covered, total); b++) {
+    const key = freshShared ? derivedKey(SHARED_TAG, keys![b], nonce) : keys![b];
+    add(key, b * keyTokens, Math.min(total, (b + 1) * keyTokens), true);
   }
-  return tokens;
+  let at = Math.min(covered, total);
+  if (request.prefixGroup >= 0) {
+    const groupKey = freshShared
+      ? derivedKey(GROUP_TAG, request.prefixGroup, nonce)
+      : derivedKey(GROUP_TAG, request.prefixGroup);
+    const to = Math.max(at, Math.min(total, request.prefixTokens));
+    add(groupKey, at, to, true);
+    at = to;
+  }
+  add(derivedKey(UNIQUE_TAG, nonce, request.id), at, total, false);
+  return runs;
 }
 
 const OUTPUT_WORDS = [

@@ -11,7 +11,8 @@ import { isDescriptorExhaustion } from "./http_server.ts";
 import type { EndOutcome } from "../../actors/gateway_metrics.ts";
 import type { FailureCause } from "../../actors/upstream_instance.ts";
 import { fillCachedTokens } from "./cached_tokens.ts";
-import { jsonResponse, readSseData, SseWriter } from "./http.ts";
+import { jsonResponse, readSseEvents, SseWriter } from "./http.ts";
+import { type ByteStream, type ClientResponse, HttpClient } from "./http_client.ts";
 
 /** What an attempt needs. */
 export interface RelayRequest {
@@ -19,6 +20,8 @@ export interface RelayRequest {
   readonly url: string;
   /** The client's body, as it sent it. */
   readonly body: Readonly<Record<string, unknown>>;
+  /** The same body's bytes, when the gateway has them: sent as they are unless the usage chunk must be asked for. */
+  readonly rawBody?: Uint8Array;
   /** The client asked for a stream. */
   readonly stream: boolean;
   /** The client asked for the usage chunk (`stream_options.include_usage`). */
@@ -33,8 +36,8 @@ export interface RelayRequest {
   readonly promptTokens: number;
   /** Aborted when the gateway gives up on the request; the relay aborts it when the client cancels the stream. */
   readonly client: AbortController;
-  /** The HTTP client whose connection pool the request uses. @default fetch's own */
-  readonly httpClient?: Deno.HttpClient;
+  /** The HTTP client whose connection pool the request uses. @default one of the relay's own */
+  readonly httpClient?: HttpClient;
 }
 
 /** Token counts of a finished request (the upstream's usage, or our fallbacks). */
@@ -71,10 +74,13 @@ export interface RelayEvents {
 export class GatewayShutdown extends Error {}
 
 /** The bodies {@linkcode isQueueFull} read, by response. */
-const queueFullBodies = new WeakMap<Response, string>();
+const queueFullBodies = new WeakMap<ClientResponse, string>();
+
+/** The client of relays given none. */
+let defaultClient: HttpClient | undefined;
 
 /** Whether a 503's body is the `queue_full` error (our instances', vLLM-style); reads the body. */
-async function isQueueFull(response: Response): Promise<boolean> {
+async function isQueueFull(response: ClientResponse): Promise<boolean> {
   const text = await response.text();
   queueFullBodies.set(response, text);
   try {
@@ -109,7 +115,8 @@ class Watchdog {
 }
 
 /** The body sent upstream: the client's, asking for the usage chunk when streaming. */
-function upstreamBody(r: RelayRequest): string {
+function upstreamBody(r: RelayRequest): string | Uint8Array {
+  if (r.rawBody !== undefined && (!r.stream || r.includeUsage)) return r.rawBody; // asks for it already
   if (!r.stream) return JSON.stringify(r.body);
   const options = r.body.stream_options;
   const own = options !== null && typeof options === "object" ? options : {};
@@ -200,26 +207,26 @@ class Relay {
 
   async run(): Promise<void> {
     try {
-      const response = await fetch(this.#r.url, {
+      const client = this.#r.httpClient ?? (defaultClient ??= new HttpClient());
+      const response = await client.request(this.#r.url, {
         method: "POST",
         headers: this.#r.authorization
           ? { "content-type": "application/json", authorization: this.#r.authorization }
           : { "content-type": "application/json" },
         body: upstreamBody(this.#r),
         signal: this.#signal,
-        ...(this.#r.httpClient && { client: this.#r.httpClient }),
       });
       this.#on.heard();
       // A full queue is the upstream's answer about this request (the simulator drops it), not a fault of
       // the upstream: passed through like a 4xx, neither retried nor held against the upstream.
       if (response.status === 503 && await isQueueFull(response)) return this.#rejectedText(response);
       if (response.status >= 500 || response.status === 429) {
-        if (!response.bodyUsed) await response.body?.cancel().catch(() => {});
+        if (!response.bodyUsed) await response.cancel().catch(() => {});
         throw new UpstreamFault(`the upstream answered ${response.status}`);
       }
       if (!response.ok) return await this.#rejected(response);
       const type = response.headers.get("content-type") ?? "";
-      if (this.#r.stream && type.includes("text/event-stream") && response.body !== null) {
+      if (this.#r.stream && type.includes("text/event-stream")) {
         return await this.#stream(response.body);
       }
       return await this.#whole(response);
@@ -269,19 +276,19 @@ class Relay {
   }
 
   /** The upstream's own 4xx: passed through as it is. */
-  async #rejected(response: Response): Promise<void> {
+  async #rejected(response: ClientResponse): Promise<void> {
     this.#rejectedText(response, await response.text());
   }
 
   /** Passes the upstream's refusal through as it is. */
-  #rejectedText(response: Response, text = queueFullBodies.get(response) ?? ""): void {
+  #rejectedText(response: ClientResponse, text = queueFullBodies.get(response) ?? ""): void {
     const headers = new Headers(this.#r.headers);
     headers.set("content-type", response.headers.get("content-type") ?? "application/json");
     this.#respond(new Response(text, { status: response.status, headers }));
     this.#on.ended("rejected");
   }
 
-  async #whole(response: Response): Promise<void> {
+  async #whole(response: ClientResponse): Promise<void> {
     const text = await response.text();
     let body: Record<string, unknown>;
     try {
@@ -303,32 +310,35 @@ class Relay {
    * usage chunk gets `cached_tokens` derived from the latest `timings`
    * (llama-server sends them on its final chunk, beside the usage).
    */
-  async #stream(body: ReadableStream<Uint8Array>): Promise<void> {
+  async #stream(body: ByteStream): Promise<void> {
     let usage: Record<string, unknown> | undefined, cached: number | undefined, timings: unknown;
     let texts = 0, done = false;
-    for await (const data of readSseData(body)) {
+    // Events that came in one read go on together: the client's stream gets them in one write.
+    events: for await (const batch of readSseEvents(body)) {
       this.#watchdog.kick();
       this.#on.heard();
-      if (data === "[DONE]") {
-        done = true;
-        break;
+      for (const data of batch) {
+        if (data === "[DONE]") {
+          done = true;
+          break events;
+        }
+        const chunk = parseChunk(data);
+        if ("error" in chunk) {
+          throw new UpstreamFault(`the upstream sent an error event: ${JSON.stringify(chunk.error)}`);
+        }
+        if (chunk.timings !== null && typeof chunk.timings === "object") timings = chunk.timings;
+        const own = usageOf(chunk);
+        if (own !== undefined) {
+          usage = own;
+          cached = fillCachedTokens(chunk, timings);
+        }
+        if (!this.#r.includeUsage) {
+          if (own !== undefined && Array.isArray(chunk.choices) && chunk.choices.length === 0) continue;
+          delete chunk.usage;
+        }
+        if (hasText(chunk) && texts++ === 0) this.#on.firstToken();
+        if (!this.#open().send(chunk)) break events;
       }
-      const chunk = parseChunk(data);
-      if ("error" in chunk) {
-        throw new UpstreamFault(`the upstream sent an error event: ${JSON.stringify(chunk.error)}`);
-      }
-      if (chunk.timings !== null && typeof chunk.timings === "object") timings = chunk.timings;
-      const own = usageOf(chunk);
-      if (own !== undefined) {
-        usage = own;
-        cached = fillCachedTokens(chunk, timings);
-      }
-      if (!this.#r.includeUsage) {
-        if (own !== undefined && Array.isArray(chunk.choices) && chunk.choices.length === 0) continue;
-        delete chunk.usage;
-      }
-      if (hasText(chunk) && texts++ === 0) this.#on.firstToken();
-      if (!this.#open().send(chunk)) break;
     }
     if (this.#r.client.signal.aborted) return this.#cancelled();
     if (!done) throw new UpstreamFault("the upstream's stream ended before [DONE]");

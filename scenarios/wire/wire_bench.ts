@@ -3,8 +3,9 @@
  * The over-the-wire parts of `deno task bench` (scenarios/bench.ts): whether
  * the live runtime keeps real time under load (`serve`), how many
  * requests per second the gateway alone passes through (`gateway`), what it
- * adds to a stream's first event (`stream`), and whether it holds steady for
- * minutes beside idle and slow connections (`soak`).
+ * adds to a stream's first event (`stream`), whether it holds steady for
+ * minutes beside idle and slow connections (`soak`), and what it adds in
+ * front of one instance beside nginx, the proxy floor (`proxy`).
  * Loopback only.
  */
 import type { SimulationConfig } from "../../actors/topology.ts";
@@ -15,6 +16,9 @@ import { startGateway } from "./gateway.ts";
 import { runLoad } from "./load_generator.ts";
 import { startSimFleet } from "./sim_server.ts";
 import { parsePrometheus, type Sample } from "./prometheus.ts";
+import { HttpClient } from "./http_client.ts";
+import { promptText } from "./tokenizer.ts";
+import { fileURLToPath } from "node:url";
 
 /** A gateway on loopback in front of `upstreams`, at real time, with `deno task serve`'s defaults. */
 function loopbackGateway(config: SimulationConfig, upstreams: readonly string[]) {
@@ -410,5 +414,288 @@ export async function soakBench(seconds = Number(Deno.env.get("SOAK_SECONDS") ??
     clearInterval(sampler);
     served.child.kill("SIGTERM");
     await served.child.status;
+  }
+}
+
+/** nginx's configuration: one worker proxying `listenPort` to `upstreamPort` over kept-alive HTTP/1.1, unbuffered. */
+function nginxConf(dir: string, listenPort: number, upstreamPort: number): string {
+  return `worker_processes 1;
+master_process off;
+error_log ${dir}/error.log warn;
+pid ${dir}/nginx.pid;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  client_body_temp_path ${dir}/body;
+  proxy_temp_path ${dir}/proxy;
+  fastcgi_temp_path ${dir}/fastcgi;
+  uwsgi_temp_path ${dir}/uwsgi;
+  scgi_temp_path ${dir}/scgi;
+  client_max_body_size 1m;
+  client_body_buffer_size 1m;
+  upstream instance { server 127.0.0.1:${upstreamPort}; keepalive 128; }
+  server {
+    listen 127.0.0.1:${listenPort};
+    location / {
+      proxy_pass http://instance;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+    }
+  }
+}
+`;
+}
+
+/** Why nginx cannot be run here (one line), or undefined when it can. */
+async function nginxUnavailable(): Promise<string | undefined> {
+  if (Deno.permissions.querySync({ name: "run", command: "nginx" }).state !== "granted") {
+    return "this process may not run nginx (give it --allow-run=nginx)";
+  }
+  try {
+    await new Deno.Command("nginx", { args: ["-v"], stdout: "null", stderr: "null" }).output();
+    return undefined;
+  } catch {
+    return "nginx is not installed (Debian: apt-get install nginx-light)";
+  }
+}
+
+/** A free loopback port, by binding one and letting it go. */
+function freePort(): number {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close();
+  return port;
+}
+
+/** Starts nginx in front of `upstreamPort`; its port, and a stop that ends it and removes its files. */
+async function startNginx(upstreamPort: number): Promise<{ port: number; stop: () => Promise<void> }> {
+  await Deno.mkdir("results/.bench", { recursive: true });
+  const dir = await Deno.makeTempDir({ dir: "results/.bench", prefix: "nginx-" });
+  const absolute = await Deno.realPath(dir);
+  const port = freePort();
+  await Deno.writeTextFile(`${dir}/nginx.conf`, nginxConf(absolute, port, upstreamPort));
+  const child = new Deno.Command("nginx", {
+    args: ["-p", absolute, "-c", `${absolute}/nginx.conf`, "-g", "daemon off;"],
+    stdout: "null",
+    stderr: "inherit",
+  }).spawn();
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch { /* ended */ }
+    await child.status;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  for (let tries = 0; tries < 100; tries++) { // nginx listens within a few ms
+    try {
+      (await Deno.connect({ hostname: "127.0.0.1", port })).close();
+      return { port, stop };
+    } catch {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  await stop();
+  throw new Error(`nginx did not listen on 127.0.0.1:${port}`);
+}
+
+/** The percentiles of `values` (sorted here), ms with one decimal. */
+function percentiles(values: number[]): { p50: number; p90: number; p99: number } {
+  const sorted = [...values].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
+  return { p50: at(0.5), p90: at(0.9), p99: at(0.99) };
+}
+
+/**
+ * `Deno.loadavg()`'s one-minute figure, for the line beside a figure (others
+ * may share the machine); "n/a" without `--allow-sys=loadavg`.
+ */
+function loadNow(): string {
+  if (Deno.permissions.querySync({ name: "sys", kind: "loadavg" }).state !== "granted") return "loadavg n/a";
+  return `loadavg ${Deno.loadavg()[0].toFixed(2)}`;
+}
+
+/** A one-token completion body for the `proxy` part: prompt `i` of 1,280 tokens (a 1,024-token prefix of one of 100 groups). */
+function proxyBody(i: number, stream: boolean): string {
+  const request = {
+    id: i,
+    arrivalMs: 0,
+    prefixGroup: i % 100,
+    prefixTokens: 1024,
+    suffixTokens: 256,
+    outputTokens: 1,
+  };
+  return JSON.stringify({
+    model: "sim",
+    prompt: promptText(request, 1),
+    max_tokens: 1,
+    ...(stream && { stream: true, stream_options: { include_usage: true } }),
+  });
+}
+
+/** Wall ms from sending `body` to the whole answer (or, streamed, its first event); the rest is read too. */
+async function timeOnce(client: HttpClient, url: string, body: string, stream: boolean): Promise<number> {
+  const start = performance.now();
+  const response = await client.request(`${url}/v1/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body,
+  });
+  if (!response.ok) throw new Error(`${url}: HTTP ${response.status}: ${await response.text()}`);
+  const reader = response.body.getReader();
+  await reader.read();
+  const firstMs = performance.now() - start;
+  while (!(await reader.read()).done) { /* to the end */ }
+  return stream ? firstMs : performance.now() - start;
+}
+
+/** `requests` requests to `url` at `ratePerSec`, open loop: the percentiles of {@linkcode timeOnce}. */
+async function openLoop(
+  client: HttpClient,
+  url: string,
+  stream: boolean,
+  requests: number,
+  ratePerSec: number,
+) {
+  const bodies = Array.from({ length: requests }, (_, i) => proxyBody(i, stream));
+  const times: Promise<number>[] = [];
+  const start = performance.now();
+  for (let i = 0; i < requests; i++) {
+    const wait = start + (i * 1000) / ratePerSec - performance.now();
+    if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+    times.push(timeOnce(client, url, bodies[i], stream));
+  }
+  return percentiles(await Promise.all(times));
+}
+
+/** Requests/s to `url` with `clients` clients each sending its next request when its last is answered. */
+async function closedLoop(client: HttpClient, url: string, total: number, clients = 32): Promise<number> {
+  const bodies = Array.from({ length: 64 }, (_, i) => proxyBody(i, false));
+  let next = 0;
+  const start = performance.now();
+  await Promise.all(Array.from({ length: clients }, async () => {
+    while (next < total) await timeOnce(client, url, bodies[next++ % bodies.length], false);
+  }));
+  return total / ((performance.now() - start) / 1000);
+}
+
+/** Each path's p50s over `rounds` rounds (paths alternating within a round), a line per path and round. */
+async function latencyRounds(
+  client: HttpClient,
+  paths: Readonly<Record<string, string>>,
+  requests: number,
+  ratePerSec: number,
+  rounds: number,
+) {
+  const latency = new Map<string, { whole: number[]; streamed: number[]; loads: string[] }>();
+  for (let round = 0; round < rounds; round++) {
+    for (const [name, url] of Object.entries(paths)) {
+      const figures = latency.get(name) ?? { whole: [], streamed: [], loads: [] };
+      const whole = await openLoop(client, url, false, requests, ratePerSec);
+      const streamed = await openLoop(client, url, true, requests, ratePerSec);
+      figures.whole.push(whole.p50);
+      figures.streamed.push(streamed.p50);
+      figures.loads.push(loadNow());
+      latency.set(name, figures);
+      const f = (p: { p50: number; p90: number; p99: number }) =>
+        `p50 ${p.p50.toFixed(2)}, p90 ${p.p90.toFixed(2)}, p99 ${p.p99.toFixed(2)} ms`;
+      console.log(
+        `  round ${round + 1} ${name.padEnd(25)} whole ${f(whole)}; streamed (first event) ${
+          f(streamed)
+        }; ${loadNow()}`,
+      );
+    }
+  }
+  return latency;
+}
+
+/**
+ * `proxy`: what a proxy adds in front of one simulated instance — nginx (the
+ * floor: a C proxy, one worker, kept-alive upstream connections, unbuffered)
+ * beside our gateway — non-streamed and streamed. `deno task serve` runs as
+ * a process of its own (one FIFO instance at speed 100,000, so service time
+ * is ≈ 0, one output token, and its gateway); nginx fronts the same
+ * instance. At `ratePerSec` open loop, each path in turn (three rounds,
+ * alternating), the wall ms to the whole answer or to the first streamed
+ * event; then each path's requests/s with 32 clients. Skipped, in one line,
+ * where nginx cannot be run.
+ */
+export async function proxyBench(requests = 1000, ratePerSec = 200, rounds = 3): Promise<void> {
+  const unavailable = await nginxUnavailable();
+  if (unavailable !== undefined) return console.log(`proxy: skipped: ${unavailable}`);
+  const scenario = fileURLToPath(new URL("./one_token.json", import.meta.url));
+  const served = await spawnServeWithInstances([
+    "--scenario",
+    scenario,
+    "--instances",
+    "1",
+    "--speed",
+    "100000",
+  ]);
+  const nginx = await startNginx(Number(new URL(served.instances[0]).port));
+  const client = new HttpClient();
+  const direct = "straight to the instance";
+  const paths = {
+    [direct]: served.instances[0],
+    "through nginx": `http://127.0.0.1:${nginx.port}`,
+    "through the gateway": served.gateway,
+  };
+  try {
+    for (const url of Object.values(paths)) await openLoop(client, url, true, requests, ratePerSec); // warm-up
+    const latency = await latencyRounds(client, paths, requests, ratePerSec, rounds);
+    const median = (v: number[]) => [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)];
+    const base = latency.get(direct)!;
+    console.log(
+      `proxy (one FIFO instance at speed 100000, one output token, 1,280-token prompts; ${requests} requests at ` +
+        `${ratePerSec}/s per path and round; median over ${rounds} rounds of each round's p50):`,
+    );
+    for (const [name, f] of latency) {
+      const added = name === direct
+        ? ""
+        : `; adds whole ${(median(f.whole) - median(base.whole)).toFixed(2)} ms, ` +
+          `streamed ${(median(f.streamed) - median(base.streamed)).toFixed(2)} ms`;
+      console.log(
+        `  ${name.padEnd(25)} whole p50 ${median(f.whole).toFixed(2)} ms, streamed p50 ${
+          median(f.streamed).toFixed(2)
+        } ms${added} (${f.loads.join(", ")})`,
+      );
+    }
+    for (const [name, url] of Object.entries(paths)) {
+      const perSec = await closedLoop(client, url, 5000);
+      console.log(
+        `  ${name.padEnd(25)} ${(perSec / 1000).toFixed(2)}k requests/s whole, 32 clients (${loadNow()})`,
+      );
+    }
+  } finally {
+    client.close();
+    await nginx.stop();
+    served.child.kill("SIGTERM");
+    await served.child.status;
+  }
+}
+
+/** Starts `deno task serve` with `args`; its gateway's URL and its instances' URLs once it serves. */
+async function spawnServeWithInstances(
+  args: readonly string[],
+): Promise<{ child: Deno.ChildProcess; gateway: string; instances: string[] }> {
+  const child = new Deno.Command("deno", {
+    args: serveTaskArgs(args),
+    cwd: new URL("../../", import.meta.url),
+    stdout: "piped",
+    stderr: "inherit",
+  }).spawn();
+  let out = "";
+  const reader = child.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  while (true) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`serve ended before it served:\n${out}`);
+    out += value;
+    const gateway = /^gateway: (\S+)/m.exec(out)?.[1];
+    if (gateway !== undefined && /^serving at/m.test(out)) {
+      (async () => {
+        while (!(await reader.read()).done) { /* serve's later lines */ }
+      })();
+      return { child, gateway, instances: [...out.matchAll(/^instance \d+: (\S+)/gm)].map((m) => m[1]) };
+    }
   }
 }
