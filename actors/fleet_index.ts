@@ -130,8 +130,10 @@ class UnorderedIndices implements IndexSet {
 export class LoadBuckets {
   /** Distinct keys with at least one member, ascending. */
   readonly #keys: number[] = [];
-  /** Key → its members; emptied buckets stay, to be reused. */
+  /** Key → its members (a key leaves when its bucket empties: loads can take any value). */
   readonly #buckets = new Map<number, IndexSet>();
+  /** The last emptied bucket, reused by the next new key (a load moving on to the next value). */
+  #spare: IndexSet | undefined;
   #size = 0;
   /** Unordered: each instance's position in its bucket. */
   readonly #position: Int32Array | undefined;
@@ -190,10 +192,12 @@ export class LoadBuckets {
   add(i: number, key: number): void {
     let bucket = this.#buckets.get(key);
     if (bucket === undefined) {
-      bucket = this.#position === undefined ? new SortedIndices() : new UnorderedIndices(this.#position);
+      bucket = this.#spare ??
+        (this.#position === undefined ? new SortedIndices() : new UnorderedIndices(this.#position));
+      this.#spare = undefined;
       this.#buckets.set(key, bucket);
+      this.#keys.splice(this.#keyPosition(key), 0, key);
     }
-    if (bucket.size === 0) this.#keys.splice(this.#keyPosition(key), 0, key);
     bucket.add(i);
     this.#size++;
   }
@@ -206,7 +210,11 @@ export class LoadBuckets {
     bucket.delete(i);
     if (bucket.size === before) return;
     this.#size--;
-    if (bucket.size === 0) this.#keys.splice(this.#keyPosition(key), 1);
+    if (bucket.size === 0) {
+      this.#keys.splice(this.#keyPosition(key), 1);
+      this.#buckets.delete(key);
+      this.#spare = bucket;
+    }
   }
 
   /** The position of the first key >= `key`. */
@@ -350,9 +358,8 @@ export class FleetIndex {
   availabilityChanged(i: number): void {
     const available = this.#table.available[i] === 1;
     for (const key of this.#held[i]) {
-      const holders = this.#holders.get(key);
       if (available) this.#holdersOf(key).add(i);
-      else holders?.delete(i);
+      else this.#dropHolder(i, key);
     }
     if (available) this.#available?.add(i);
     else this.#available?.delete(i);
@@ -377,12 +384,25 @@ export class FleetIndex {
     else heldBy.delete(key);
     if (this.#table.available[i] !== 1) return;
     if (held) this.#holdersOf(key).add(i);
-    else this.#holders.get(key)?.delete(i);
+    else this.#dropHolder(i, key);
+  }
+
+  /** Takes `i` out of `key`'s available holders; a key no one holds leaves the map (keys come and go). */
+  #dropHolder(i: number, key: number): void {
+    const holders = this.#holders.get(key);
+    if (holders === undefined) return;
+    holders.delete(i);
+    if (holders.size === 0) this.#holders.delete(key);
   }
 
   /** The view forgot everything at `i` (a restart): it holds nothing. */
   forgetHolder(i: number): void {
     for (const key of [...this.#held[i]]) this.holderChanged(i, key, false);
+  }
+
+  /** How many keys have an available holder (the holder map's size: it never keeps a key no one holds). */
+  get holderKeyCount(): number {
+    return this.#holders.size;
   }
 
   /** The available instances believed to hold `key`, in index order (empty: none). */

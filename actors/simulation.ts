@@ -352,10 +352,12 @@ function fleetCache(
     mostCachedTokens(request, upTo = Infinity) {
       const requestKeys = keysOf(request);
       if (requestKeys.count === 0) return 0;
-      const holders = runHolders.holders(requestKeys.runKey(0));
+      // A copy: asking a holder catches its stretch up, which may evict the run and change the set.
+      const found = runHolders.holders(requestKeys.runKey(0));
+      const holders = Array.from({ length: found.size }, (_, k) => found.at(k));
       let most = 0;
-      for (let k = 0; k < holders.size && most < upTo; k++) {
-        most = Math.max(most, cachedPrefixTokens(holders.at(k), request));
+      for (let k = 0; k < holders.length && most < upTo; k++) {
+        most = Math.max(most, cachedPrefixTokens(holders[k], request));
       }
       return most;
     },

@@ -9,7 +9,7 @@
 import { assert, assertEquals } from "@std/assert";
 import fc from "fast-check";
 import { createCacheView } from "../actors/cache_view.ts";
-import { LoadBuckets, SortedIndices } from "../actors/fleet_index.ts";
+import { FleetIndex, LoadBuckets, SortedIndices } from "../actors/fleet_index.ts";
 import { createPolicy, POLICY_NAMES, type PolicyName, type RouterView } from "../actors/policies/mod.ts";
 import { leastLoaded } from "../actors/policies/_least_loaded.ts";
 import { GroupHolders, PrefixCache } from "../actors/prefix_cache.ts";
@@ -404,4 +404,22 @@ Deno.test("the FIFO fleet's group tally gives the routing note the instances wou
     }
     assert(tallied.availableTokenHitRate! > 0.2, `${name}: something was available`);
   }
+});
+
+Deno.test("the indexes forget keys and loads no one holds any more: memory does not grow with a long trace", () => {
+  const view = table(64, "blocks", "exact", true);
+  const index = new FleetIndex(view);
+  // 100,000 distinct run keys pass through 64 instances, 16 held at any moment.
+  for (let key = 0; key < 100_000; key++) {
+    index.holderChanged(key % 64, key, true);
+    if (key >= 16) index.holderChanged((key - 16) % 64, key - 16, false);
+  }
+  assertEquals(index.holderKeyCount, 16);
+  // A load taking 100,000 distinct values leaves one key behind.
+  const buckets = new LoadBuckets(false, 1);
+  for (let load = 0; load < 100_000; load++) {
+    if (load > 0) buckets.delete(0, load - 1);
+    buckets.add(0, load);
+  }
+  assertEquals([buckets.keyCount, buckets.size, buckets.minKey()], [1, 1, 99_999]);
 });

@@ -133,6 +133,44 @@ Deno.test("HttpClient never fails a request on a pooled connection the server cl
   }
 });
 
+Deno.test("HttpClient never sends a POST twice when the server read it and closed without answering", async () => {
+  // The server answers a connection's first request, then reads the second and closes without a word:
+  // it may have acted on it, so the client fails the request rather than sending it again.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let requests = 0;
+  const served = (async () => {
+    for await (const conn of listener) {
+      (async () => {
+        const buffer = new Uint8Array(65536);
+        try {
+          for (let n = 0;; n++) {
+            if (await conn.read(buffer) === null) break;
+            requests++;
+            if (n > 0) break;
+            await conn.write(encoder.encode("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"));
+          }
+        } catch { /* reset */ }
+        try {
+          conn.close();
+        } catch { /* closed */ }
+      })();
+    }
+  })();
+  const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
+  const client = new HttpClient();
+  try {
+    const first = await client.request(url, { method: "POST", body: "{}" });
+    assertEquals(await first.text(), "ok");
+    await assertRejects(() => client.request(url, { method: "POST", body: "{}" }), HttpClientError);
+    await new Promise((r) => setTimeout(r, 50));
+    assertEquals(requests, 2, "the second POST was sent once");
+  } finally {
+    client.close();
+    listener.close();
+    await served.catch(() => {});
+  }
+});
+
 Deno.test("HttpClient: a body read to the connection's close, a refused connection, a cut body, an abort", async (t) => {
   const client = new HttpClient();
   await t.step("no length: the body ends with the connection, which is not reused", async () => {

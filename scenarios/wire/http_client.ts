@@ -8,6 +8,7 @@
  * answer with a few `read`s, about 20 µs. Other schemes than `http:` (https)
  * go through `fetch`, behind the same interface.
  */
+import { ByteQueue } from "./byte_queue.ts";
 
 /** Options for {@linkcode HttpClient}. */
 export interface HttpClientOptions {
@@ -133,8 +134,11 @@ export class HttpClient {
       try {
         return await connection.exchange(bytes, method, signal, (c) => this.#release(c));
       } catch (error) {
-        // A pooled connection the server had closed: nothing of it was read, so send again (once).
-        if (pooled !== undefined && attempt === 0 && error instanceof StaleConnection) continue;
+        // A pooled connection the server had closed: send again (once) if the server cannot have acted on it.
+        if (
+          pooled !== undefined && attempt === 0 && error instanceof StaleConnection &&
+          (error.unsent || IDEMPOTENT.has(method))
+        ) continue;
         throw error instanceof StaleConnection ? new HttpClientError(error.message) : error;
       }
     }
@@ -226,8 +230,20 @@ function requestBytes(target: Target, init: ClientRequestInit): Uint8Array {
   return all;
 }
 
-/** A pooled connection closed by the server before any byte of the answer: the request may be sent again. */
-class StaleConnection extends Error {}
+/**
+ * A pooled connection closed by the server before any byte of the answer.
+ * `unsent`: the request's write failed, so the server never had all of it and
+ * it may be sent again; else the server may have read it and acted, and only
+ * an idempotent request is sent again (Go's `net/http` rule).
+ */
+class StaleConnection extends Error {
+  constructor(message: string, readonly unsent = false) {
+    super(message);
+  }
+}
+
+/** Methods a server must be able to receive twice (RFC 9110 §9.2.2, less PUT and DELETE: never sent here). */
+const IDEMPOTENT = new Set(["GET", "HEAD", "OPTIONS"]);
 
 /** How a response's body ends. */
 type Framing = { kind: "none" } | { kind: "length"; left: number } | { kind: "chunked" } | {
@@ -238,9 +254,8 @@ type Framing = { kind: "none" } | { kind: "length"; left: number } | { kind: "ch
 class ClientConnection {
   readonly origin: string;
   readonly #conn: Deno.TcpConn;
-  #buffer = new Uint8Array(READ_BYTES);
-  #start = 0;
-  #end = 0;
+  /** Bytes read and not yet consumed. */
+  readonly #bytes = new ByteQueue(READ_BYTES);
   #eof = false;
   #closed = false;
   /** The read in progress, shared (an idle connection keeps one going to see the server close it). */
@@ -275,7 +290,7 @@ class ClientConnection {
 
   /** Whether it can carry another request: open, kept alive, and nothing unread from the server. */
   get reusable(): boolean {
-    return !this.#closed && !this.#eof && this.#keepAlive && this.#end === this.#start &&
+    return !this.#closed && !this.#eof && this.#keepAlive && this.#bytes.size === 0 &&
       this.#readError === undefined;
   }
 
@@ -325,7 +340,7 @@ class ClientConnection {
       } catch (error) {
         if (signal?.aborted) throw signal.reason;
         // Written to a pooled connection the server closed: the caller may send it again.
-        throw new StaleConnection(`the connection closed: ${(error as Error).message}`);
+        throw new StaleConnection(`the connection closed: ${(error as Error).message}`, true);
       }
       let head: { status: number; headers: Map<string, string>; version: string };
       while (true) {
@@ -348,11 +363,11 @@ class ClientConnection {
   ): Promise<{ status: number; headers: Map<string, string>; version: string }> {
     let scanned = 0;
     while (true) {
-      const bytes = this.#buffer.subarray(this.#start, this.#end);
+      const bytes = this.#bytes.view();
       const end = findHeadEnd(bytes, Math.max(0, scanned - 3));
       if (end >= 0) {
         const text = latin1.decode(bytes.subarray(0, end));
-        this.#start += end + 4;
+        this.#bytes.skip(end + 4);
         return parseResponseHead(text);
       }
       scanned = bytes.length;
@@ -364,7 +379,7 @@ class ClientConnection {
         throw this.#heard ? new HttpClientError(message) : new StaleConnection(message);
       }
       await this.#fill(signal);
-      if (this.#end > this.#start) this.#heard = true;
+      if (this.#bytes.size > 0) this.#heard = true;
     }
   }
 
@@ -380,7 +395,7 @@ class ClientConnection {
     if (signal?.aborted) throw signal.reason;
     if (this.#readError !== undefined) {
       const error = this.#readError;
-      if (!this.#heard && this.#start === this.#end) {
+      if (!this.#heard && this.#bytes.size === 0) {
         throw new StaleConnection(`the connection failed: ${(error as Error)?.message ?? error}`);
       }
       throw error;
@@ -392,7 +407,7 @@ class ClientConnection {
       try {
         const n = await this.#conn.read(this.#chunk);
         if (n === null) this.#eof = true;
-        else this.#append(this.#chunk.subarray(0, n));
+        else this.#bytes.append(this.#chunk.subarray(0, n));
       } catch (error) {
         this.#eof = true;
         if (!this.#closed) this.#readError = error;
@@ -403,44 +418,26 @@ class ClientConnection {
     })();
   }
 
-  #append(bytes: Uint8Array): void {
-    if (this.#start === this.#end) this.#start = this.#end = 0;
-    if (this.#end + bytes.length > this.#buffer.length) {
-      const live = this.#end - this.#start;
-      const size = Math.max(this.#buffer.length, 2 ** Math.ceil(Math.log2(live + bytes.length)));
-      const next = size > this.#buffer.length ? new Uint8Array(size) : this.#buffer;
-      next.set(this.#buffer.subarray(this.#start, this.#end), 0);
-      this.#buffer = next;
-      this.#end = live;
-      this.#start = 0;
-    }
-    this.#buffer.set(bytes, this.#end);
-    this.#end += bytes.length;
-  }
-
   get eof(): boolean {
     return this.#eof;
   }
 
   get available(): number {
-    return this.#end - this.#start;
+    return this.#bytes.size;
   }
 
   /** Up to `max` buffered bytes, copied out and consumed. */
   take(max: number): Uint8Array {
-    const n = Math.min(max, this.#end - this.#start);
-    const bytes = this.#buffer.slice(this.#start, this.#start + n);
-    this.#start += n;
-    return bytes;
+    return this.#bytes.take(max);
   }
 
   /** The buffered bytes, not consumed (valid until the next read). */
   peek(): Uint8Array {
-    return this.#buffer.subarray(this.#start, this.#end);
+    return this.#bytes.view();
   }
 
   skip(n: number): void {
-    this.#start += n;
+    this.#bytes.skip(n);
   }
 
   #framing(status: number, headers: Map<string, string>, method: string): Framing {

@@ -25,6 +25,7 @@
  * `content-length`.
  */
 
+import { ByteQueue } from "./byte_queue.ts";
 import { osErrorCode } from "../file_system_error.ts";
 
 /** What one server accepts of its clients. */
@@ -440,10 +441,8 @@ interface Head {
 class Connection {
   readonly #conn: Deno.TcpConn;
   readonly #server: Server;
-  /** Bytes read and not yet consumed: `#buffer[#start..#end)`. */
-  #buffer = new Uint8Array(4096);
-  #start = 0;
-  #end = 0;
+  /** Bytes read and not yet consumed. */
+  readonly #bytes = new ByteQueue(4096);
   #eof = false;
   #closed = false;
   /** The read in progress, if any (one at a time). */
@@ -502,7 +501,7 @@ class Connection {
           this.#eof = true;
           return;
         }
-        this.#append(this.#chunk.subarray(0, n));
+        this.#bytes.append(this.#chunk.subarray(0, n));
       } catch {
         this.#eof = true; // closed by a timeout, reset by the client
       } finally {
@@ -511,23 +510,8 @@ class Connection {
     })();
   }
 
-  #append(bytes: Uint8Array): void {
-    if (this.#start === this.#end) this.#start = this.#end = 0;
-    if (this.#end + bytes.length > this.#buffer.length) {
-      const live = this.#end - this.#start;
-      const size = Math.max(this.#buffer.length, 2 ** Math.ceil(Math.log2(live + bytes.length)));
-      const next = size > this.#buffer.length ? new Uint8Array(size) : this.#buffer;
-      next.set(this.#buffer.subarray(this.#start, this.#end), 0);
-      this.#buffer = next;
-      this.#end = live;
-      this.#start = 0;
-    }
-    this.#buffer.set(bytes, this.#end);
-    this.#end += bytes.length;
-  }
-
   get #available(): number {
-    return this.#end - this.#start;
+    return this.#bytes.size;
   }
 
   /** Serves requests until the client closes, a timeout, an error or a `connection: close`. */
@@ -567,12 +551,12 @@ class Connection {
   async #readHead(maxBytes: number): Promise<Head | undefined> {
     let scanned = 0;
     while (true) {
-      const bytes = this.#buffer.subarray(this.#start, this.#end);
+      const bytes = this.#bytes.view();
       const end = findHeadEnd(bytes, Math.max(0, scanned - 3));
       if (end >= 0) {
         if (end > maxBytes) throw new BadRequest(431, `the request's headers are over ${maxBytes} bytes`);
         const text = latin1.decode(bytes.subarray(0, end));
-        this.#start += end + 4;
+        this.#bytes.skip(end + 4);
         return parseHead(text);
       }
       scanned = bytes.length;
@@ -787,7 +771,7 @@ class Connection {
     this.#deadline(1000, "idleTimedOut");
     while (!this.#eof && !this.#closed && performance.now() < until && dropped < MAX_DISCARD_BYTES) {
       dropped += this.#available;
-      this.#start = this.#end;
+      this.#bytes.clear();
       await this.#readMore();
     }
     this.#clearDeadline();
@@ -797,9 +781,7 @@ class Connection {
 
   /** `n` buffered bytes, consumed (the caller checked they are there). */
   takeNow(n: number): Uint8Array<ArrayBuffer> {
-    const bytes = this.#buffer.slice(this.#start, this.#start + n);
-    this.#start += n;
-    return bytes;
+    return this.#bytes.take(n);
   }
 
   /** Up to `max` buffered bytes (reading when none are), or null at the end of the stream. */
@@ -808,22 +790,19 @@ class Connection {
       if (this.#eof || this.#closed) return null;
       await this.#readBodyMore();
     }
-    const n = Math.min(max, this.#available);
-    const bytes = this.#buffer.slice(this.#start, this.#start + n);
-    this.#start += n;
-    return bytes;
+    return this.#bytes.take(max);
   }
 
   /** One CRLF-terminated line (without it), or null at the end of the stream. */
   async line(maxBytes: number): Promise<string | null> {
     let scanned = 0;
     while (true) {
-      const bytes = this.#buffer.subarray(this.#start, this.#end);
+      const bytes = this.#bytes.view();
       for (let i = scanned; i + 1 < bytes.length; i++) {
         if (bytes[i] === 13 && bytes[i + 1] === 10) {
           if (i > maxBytes) throw new BadRequest(400, "a chunked body's line is too long");
           const text = latin1.decode(bytes.subarray(0, i));
-          this.#start += i + 2;
+          this.#bytes.skip(i + 2);
           return text;
         }
       }
