@@ -325,23 +325,6 @@ function serveTaskArgs(args: readonly string[]): string[] {
   return [...String(deno.tasks.serve).trim().split(/\s+/).slice(1), ...args];
 }
 
-/** Starts `deno task serve` with `args` as a child; its gateway's URL once it serves. */
-async function spawnServe(args: readonly string[]): Promise<{ child: Deno.ChildProcess; gateway: string }> {
-  const child = new Deno.Command("deno", {
-    args: serveTaskArgs(args),
-    cwd: new URL("../../", import.meta.url),
-    stdout: "piped",
-    stderr: "inherit",
-  }).spawn();
-  let out = "";
-  for await (const chunk of child.stdout.pipeThrough(new TextDecoderStream())) {
-    out += chunk;
-    const gateway = /^gateway: (\S+)/m.exec(out)?.[1];
-    if (gateway !== undefined && /^serving at/m.test(out)) return { child, gateway };
-  }
-  throw new Error(`serve ended before it served:\n${out}`);
-}
-
 /** One figure of `samples`: the sum over the series of `name` whose labels include `labels`. */
 function figure(samples: readonly Sample[], name: string, labels: Record<string, string> = {}): number {
   return samples.filter((x) => x.name === name && Object.entries(labels).every(([k, v]) => x.labels[k] === v))
@@ -369,7 +352,14 @@ export async function soakBench(seconds = Number(Deno.env.get("SOAK_SECONDS") ??
     workload: { requests: rate * seconds, ratePerSec: rate },
   } as const;
   const config = parseScenario(scenario);
-  const served = await spawnServe(["--model", "batching", "--instances", "4", "--policy", "prefix_aware"]);
+  const served = await spawnServeWithInstances([
+    "--model",
+    "batching",
+    "--instances",
+    "4",
+    "--policy",
+    "prefix_aware",
+  ]);
   const quiet = Deno.env.get("SOAK_QUIET") === "1";
   const hostile = hostileClients(Number(new URL(served.gateway).port), quiet ? 0 : 55);
   const start = performance.now();
@@ -674,7 +664,10 @@ export async function proxyBench(requests = 1000, ratePerSec = 200, rounds = 3):
   }
 }
 
-/** Starts `deno task serve` with `args`; its gateway's URL and its instances' URLs once it serves. */
+/**
+ * Starts `deno task serve` with `args` as a child; its gateway's URL and its
+ * instances' URLs once it serves (its later output is read and dropped).
+ */
 async function spawnServeWithInstances(
   args: readonly string[],
 ): Promise<{ child: Deno.ChildProcess; gateway: string; instances: string[] }> {
