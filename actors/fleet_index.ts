@@ -8,7 +8,7 @@
  * O(holders) where a policy compares the holders' matches (design.md,
  * "Decisions that do not scan the fleet").
  */
-import type { RandomStream } from "./policies/policy.ts";
+import type { FleetLoad, IndexList, RandomStream } from "./policies/policy.ts";
 
 /**
  * A set of instance indices kept sorted, in a typed array grown by doubling:
@@ -65,9 +65,7 @@ export class SortedIndices implements IndexSet {
 }
 
 /** A set of instance indices: its `k`-th member of `size`, in some order. */
-export interface IndexSet {
-  readonly size: number;
-  at(k: number): number;
+export interface IndexSet extends IndexList {
   add(i: number): void;
   delete(i: number): void;
 }
@@ -178,16 +176,6 @@ export class LoadBuckets {
     return this.#keys.length === 0 ? undefined : this.#buckets.get(this.#keys[0]);
   }
 
-  /** The lowest-indexed member of any key (ordered buckets only); -1 when empty. O(distinct keys). */
-  lowest(): number {
-    let lowest = -1;
-    for (const key of this.#keys) {
-      const first = this.#buckets.get(key)!.at(0);
-      if (lowest < 0 || first < lowest) lowest = first;
-    }
-    return lowest;
-  }
-
   /** Adds `i` under `key` (it must not be a member). */
   add(i: number, key: number): void {
     let bucket = this.#buckets.get(key);
@@ -230,16 +218,7 @@ export class LoadBuckets {
   }
 }
 
-/** Which load a policy orders instances by. */
-export type LoadSignal =
-  /** `(waiting + running) / capacity`: the original study's load (least_load, prefix_aware, hybrid). */
-  | "active"
-  /** `inFlight / capacity`: the router's own count (SGLang's `w.load()`). */
-  | "inFlight"
-  /** `(pendingPrefillTokens + decodeBlocks × blockTokens) / capacity`: Preble's E2 cost. */
-  | "prefillDecode";
-
-const SIGNALS: readonly LoadSignal[] = ["active", "inFlight", "prefillDecode"];
+const SIGNALS: readonly FleetLoad[] = ["active", "inFlight", "prefillDecode"];
 
 /** What a {@linkcode FleetIndex} reads: the router's table of the instances. */
 export interface IndexedTable {
@@ -268,7 +247,7 @@ class LoadIndex {
 
 /**
  * The router's indexes over one table's instances: the available instances
- * by load (per {@linkcode LoadSignal}, each built on first use), and the
+ * by load (per {@linkcode FleetLoad}, each built on first use), and the
  * available holders of each cache key the view reports (a prefix group, or a
  * prompt's first block run). The least loaded holder of a key is found by
  * walking its holders when they are few, else by probing the least loads'
@@ -306,7 +285,7 @@ export class FleetIndex {
   }
 
   /** Instance `i`'s key under `signal`, computed as a scan computes it. */
-  #key(signal: LoadSignal, i: number): number {
+  #key(signal: FleetLoad, i: number): number {
     const t = this.#table;
     switch (signal) {
       case "active":
@@ -318,7 +297,7 @@ export class FleetIndex {
     }
   }
 
-  #index(signal: LoadSignal): LoadIndex {
+  #index(signal: FleetLoad): LoadIndex {
     const s = SIGNALS.indexOf(signal);
     const existing = this.#loads[s];
     if (existing !== undefined) return existing;
@@ -330,7 +309,7 @@ export class FleetIndex {
   }
 
   /** Files (or refiles, or removes) instance `i` in `index` from the table's current state. */
-  #file(index: LoadIndex, signal: LoadSignal, i: number): void {
+  #file(index: LoadIndex, signal: FleetLoad, i: number): void {
     const old = index.filed[i];
     const key = this.#table.available[i] === 1 ? this.#key(signal, i) : NaN;
     if (old === key || (old !== old && key !== key)) return;
@@ -395,11 +374,6 @@ export class FleetIndex {
     if (holders.size === 0) this.#holders.delete(key);
   }
 
-  /** The view forgot everything at `i` (a restart): it holds nothing. */
-  forgetHolder(i: number): void {
-    for (const key of [...this.#held[i]]) this.holderChanged(i, key, false);
-  }
-
   /** How many keys have an available holder (the holder map's size: it never keeps a key no one holds). */
   get holderKeyCount(): number {
     return this.#holders.size;
@@ -411,12 +385,12 @@ export class FleetIndex {
   }
 
   /** The least key of `signal` among available instances; `Infinity` with none. */
-  minLoad(signal: LoadSignal): number {
+  minLoad(signal: FleetLoad): number {
     return this.#index(signal).buckets.minKey();
   }
 
   /** The greatest key of `signal` among available instances; `-Infinity` with none. */
-  maxLoad(signal: LoadSignal): number {
+  maxLoad(signal: FleetLoad): number {
     return this.#index(signal).buckets.maxKey();
   }
 
@@ -425,7 +399,7 @@ export class FleetIndex {
    * O(1) for `inFlight` (kept in index order); the other loads' buckets are
    * unordered, and their least is walked.
    */
-  firstLeast(signal: LoadSignal): number {
+  firstLeast(signal: FleetLoad): number {
     const least = this.#index(signal).buckets.least();
     if (least === undefined || least.size === 0) return -1;
     if (signal === "inFlight") return least.at(0);
@@ -435,7 +409,7 @@ export class FleetIndex {
   }
 
   /** A uniformly drawn available instance of least `signal` (one draw when several tie); -1 with none. */
-  pickLeast(signal: LoadSignal, random: RandomStream): number {
+  pickLeast(signal: FleetLoad, random: RandomStream): number {
     return pickFrom(this.#index(signal).buckets.least(), random);
   }
 
@@ -528,7 +502,7 @@ export class KeyHolders {
   }
 
   /** The instances holding `key`, in index order (empty: none). */
-  holders(key: number): { readonly size: number; at(k: number): number } {
+  holders(key: number): IndexList {
     return this.#holders.get(key) ?? NO_HOLDERS;
   }
 }

@@ -318,20 +318,17 @@ export class InstanceTable implements RouterView {
         ? (request.prefixGroup >= 0 && this.#count(request) > 0 ? request.prefixGroup : -1)
         : holderKey(unit, request, this.#keys(request));
     };
-    const none: IndexList = { size: 0, at: () => -1 };
     return {
       get wholeMatches(): boolean {
         return watch() && unit === "groups";
       },
       candidates(request: Request): IndexList | undefined {
         if (!watch()) return undefined;
-        const key = keyOf(request);
-        return key < 0 ? none : index.holders(key);
+        return index.holders(keyOf(request)); // a key of -1 (nothing can match) has no holders
       },
       pickLeastActiveCandidate(request: Request, random: RandomStream): number {
         watch();
-        const key = keyOf(request);
-        return key < 0 ? -1 : index.pickLeastActiveHolder(key, random);
+        return index.pickLeastActiveHolder(keyOf(request), random); // -1 without a holder
       },
       minLoad: (load: FleetLoad) => index.minLoad(load),
       maxLoad: (load: FleetLoad) => index.maxLoad(load),

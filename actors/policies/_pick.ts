@@ -56,17 +56,6 @@ const NEVER_REPLACE: RandomStream = () => 1;
  * whenever every instance outside `list` scores NaN (is not a candidate).
  */
 export function pickAmong(list: IndexList, score: (i: number) => number, random: RandomStream): number {
-  let best = -1, bestScore = -Infinity, ties = 0;
-  for (let k = 0; k < list.size; k++) {
-    const i = list.at(k), s = score(i);
-    if (Number.isNaN(s)) continue;
-    if (best < 0 || s > bestScore) {
-      best = i;
-      bestScore = s;
-      ties = 1;
-    } else if (s === bestScore && random() * ++ties < 1) {
-      best = i;
-    }
-  }
-  return best;
+  const k = pickBy(list.size, (k) => score(list.at(k)), random);
+  return k < 0 ? -1 : list.at(k);
 }
