@@ -6,7 +6,7 @@
  * real-time run build the same actors the same way; only the router's
  * differs, in loading a plugin in its own Worker.
  */
-import type { PoolRole } from "./instance_model.ts";
+import type { PoolRole } from "./instances/instance_model.ts";
 import { createPolicy } from "./policies/mod.ts";
 import { loadPolicyModule } from "./policies/plugin_policy.ts";
 import type { MetricsCommand, ServeCommand } from "./protocol.ts";

@@ -12,8 +12,8 @@ export {
   type RateProfile,
   type WorkloadOptions,
   WorkloadSource,
-} from "./workload_source.ts";
-export { createArrivalProcess, expectedArrivals } from "./arrival_process.ts";
+} from "./workload/workload_source.ts";
+export { createArrivalProcess, expectedArrivals } from "./workload/arrival_process.ts";
 export type {
   AutoscaleBehavior,
   AutoscaleConfig,
@@ -22,28 +22,28 @@ export type {
   ScalingPolicy,
   ScalingRules,
   SelectPolicy,
-} from "./faults.ts";
-export { FaultyInstance } from "./faulty_instance.ts";
-export { FaultInjector } from "./fault_injector.ts";
-export { Autoscaler } from "./autoscaler.ts";
+} from "./dynamics/faults.ts";
+export { FaultyInstance } from "./dynamics/faulty_instance.ts";
+export { FaultInjector } from "./dynamics/fault_injector.ts";
+export { Autoscaler } from "./dynamics/autoscaler.ts";
 export {
   type FleetCache,
   InstanceTable,
   type InstanceTableOptions,
   Router,
   type RouterOptions,
-} from "./router.ts";
-export { type FifoInstanceOptions, ServingInstance } from "./serving_instance.ts";
-export { BatchingInstance, type BatchingInstanceOptions } from "./batching_instance.ts";
-export { SLOT_DEFAULTS, SlotInstance, type SlotInstanceOptions } from "./slot_instance.ts";
+} from "./router/router.ts";
+export { type FifoInstanceOptions, ServingInstance } from "./instances/serving_instance.ts";
+export { BatchingInstance, type BatchingInstanceOptions } from "./instances/batching_instance.ts";
+export { SLOT_DEFAULTS, SlotInstance, type SlotInstanceOptions } from "./instances/slot_instance.ts";
 export {
   type EngineConfig,
   InstanceActor,
   type InstanceModel,
   type InstancesConfig,
   type ServingActor,
-} from "./instance_model.ts";
-export { instanceModel, MODEL_NAMES, type ModelName, MODELS } from "./instance_models.ts";
+} from "./instances/instance_model.ts";
+export { instanceModel, MODEL_NAMES, type ModelName, MODELS } from "./instances/instance_models.ts";
 export {
   ACTOR_NAMES,
   checkConservation,
@@ -53,9 +53,9 @@ export {
   type SimulationConfig,
   wire,
 } from "./topology.ts";
-export { PrefixCache } from "./prefix_cache.ts";
-export { MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
-export { type LengthDistribution, ZipfSampler } from "./distributions.ts";
+export { PrefixCache } from "./kv_cache/prefix_cache.ts";
+export { MetricsCollector, type RequestMetrics } from "./metrics/metrics_collector.ts";
+export { type LengthDistribution, ZipfSampler } from "./workload/distributions.ts";
 export {
   type GeneratedRequest,
   mooncakeLine,
@@ -64,5 +64,5 @@ export {
   TRACE_GENERATOR_PARAMETERS,
   TraceGenerator,
   type TraceGeneratorOptions,
-} from "./trace_generator.ts";
+} from "./traces/trace_generator.ts";
 export { type RunResult, simulate, type SimulateOptions } from "./simulation.ts";

@@ -214,7 +214,7 @@ export interface Probe {
   readonly replyTo: ActorRef<InstanceStatus>;
 }
 
-/** What goes wrong with an instance (design.md, "Faults"). */
+/** What goes wrong with an instance (actors/dynamics/README.md, "Faults"). */
 export type FaultKind = "crash" | "slow" | "drain" | "partition";
 
 /** The fault injector's commands to an instance: a fault starts, or ends. */
@@ -410,6 +410,27 @@ export interface SloWindow {
  * reached. `too_long`: its prompt needs more KV blocks than the instance has.
  */
 export type DropReason = "queue_full" | "too_long";
+
+/**
+ * How a request ended at an upstream without a completion record, once
+ * bytes had gone to the client: `cancelled`, the client disconnected;
+ * `broken`, the upstream's stream failed mid-way; `rejected`, the upstream
+ * answered with an error of its own (a 4xx), passed through as it was.
+ */
+export type EndOutcome = "cancelled" | "broken" | "rejected";
+
+/** An upstream request ended without a completion record (see {@linkcode EndOutcome}). */
+export interface RequestEnded {
+  readonly type: "request_ended";
+  readonly requestId: number;
+  /** The upstream's index. */
+  readonly instance: number;
+  readonly timeMs: number;
+  readonly outcome: EndOutcome;
+}
+
+/** Commands the gateway's metrics actor accepts: the collector's, and {@linkcode RequestEnded}. */
+export type GatewayMetricsCommand = MetricsCommand | RequestEnded;
 
 /** Commands the metrics collector accepts. */
 export type MetricsCommand =

@@ -6,8 +6,8 @@
  * paces the central kernel at `speed` simulated ms per wall ms.
  */
 import type * as Factories from "./actor_factories.ts";
-import type { PoolRole } from "./instance_model.ts";
-import { droppedFraction, type MetricsCollector } from "./metrics_collector.ts";
+import type { PoolRole } from "./instances/instance_model.ts";
+import { droppedFraction, type MetricsCollector } from "./metrics/metrics_collector.ts";
 import type {
   AnyMessage,
   MetricsCommand,
@@ -26,7 +26,7 @@ import {
   WorkerRuntime,
 } from "./runtime/worker_runtime.ts";
 import type { RunResult } from "./simulation.ts";
-import { reviveTraceFormatError } from "./trace_reader.ts";
+import { reviveTraceFormatError } from "./traces/trace_reader.ts";
 import {
   buildAutoscaler,
   buildFaultInjector,
@@ -46,7 +46,7 @@ const ENTRY = new URL("./model_worker.ts", import.meta.url);
 export interface RealtimeOptions {
   /** Simulated ms per wall ms. */
   readonly speed: number;
-  /** The wall time source, supplied by the caller (see scenarios/wall_time.ts). */
+  /** The wall time source, supplied by the caller (see scenarios/cli/wall_time.ts). */
   readonly wallTime: WallTime;
   /**
    * A router plugin module (`file:` URL), imported only in the router's
@@ -61,7 +61,7 @@ export interface RealtimeOptions {
   readonly pluginPool?: Exclude<PoolRole, "both">;
   /**
    * What the plugin's Worker may read: the files of its import graph, from
-   * the host's check (scenarios/plugin_imports.ts). @default the plugin's file alone
+   * the host's check (scenarios/workers/plugin_imports.ts). @default the plugin's file alone
    */
   readonly pluginReadPaths?: readonly string[];
   /**
@@ -242,7 +242,7 @@ function metricsLookahead(message: Message): number {
 }
 
 /**
- * The router's lookahead (actors/router.ts): a report only updates its
+ * The router's lookahead (actors/router/router.ts): a report only updates its
  * views — or, for a replica that hears reports late, schedules them after
  * that replica's delay — so it sends nothing sooner than the least positive
  * replica delay; a late report sends nothing. Everything else (a route, a

@@ -3,17 +3,17 @@
  * The virtual run: wires one run's actors (actors/topology.ts) in a kernel
  * under the virtual clock, runs it, and checks that no request was lost.
  */
-import { BatchingInstance } from "./batching_instance.ts";
-import { KeyHolders } from "./fleet_index.ts";
-import type { ServingActor } from "./instance_model.ts";
-import { instanceModel } from "./instance_models.ts";
-import { droppedFraction, type MetricsCollector, type RequestMetrics } from "./metrics_collector.ts";
+import { BatchingInstance } from "./instances/batching_instance.ts";
+import { KeyHolders } from "./router/fleet_index.ts";
+import type { ServingActor } from "./instances/instance_model.ts";
+import { instanceModel } from "./instances/instance_models.ts";
+import { droppedFraction, type MetricsCollector, type RequestMetrics } from "./metrics/metrics_collector.ts";
 import { createPolicy } from "./policies/mod.ts";
 import type { RoutingPolicy } from "./policies/policy.ts";
-import { GroupHolders } from "./prefix_cache.ts";
-import { type BlockKeys, blockKeys } from "./prefix_keys.ts";
+import { GroupHolders } from "./kv_cache/prefix_cache.ts";
+import { type BlockKeys, blockKeys } from "./kv_cache/prefix_keys.ts";
 import type { InstanceStatus, Request, RouteCommand, RouterCommand } from "./protocol.ts";
-import { FLEET_INDEX_MIN_INSTANCES, type FleetCache, type Router } from "./router.ts";
+import { FLEET_INDEX_MIN_INSTANCES, type FleetCache, type Router } from "./router/router.ts";
 import {
   type Actor,
   type ActorContext,
@@ -22,8 +22,8 @@ import {
   Kernel,
   type Message,
 } from "./runtime/kernel.ts";
-import { ServingInstance } from "./serving_instance.ts";
-import { StatusBoard } from "./status_reporter.ts";
+import { ServingInstance } from "./instances/serving_instance.ts";
+import { StatusBoard } from "./instances/status_reporter.ts";
 import {
   buildAutoscaler,
   buildFaultInjector,
@@ -41,10 +41,10 @@ import {
   startRun,
   wire,
 } from "./topology.ts";
-import { TraceSource } from "./trace_source.ts";
-import type { WorkloadSource } from "./workload_source.ts";
+import { TraceSource } from "./traces/trace_source.ts";
+import type { WorkloadSource } from "./workload/workload_source.ts";
 
-export type { EngineConfig, InstancesConfig } from "./instance_model.ts";
+export type { EngineConfig, InstancesConfig } from "./instances/instance_model.ts";
 export type { RouterConfig, SimulationConfig } from "./topology.ts";
 
 /** What one run measured. */

@@ -13,8 +13,8 @@
  * actors (names seed their random streams), how each is built, what the
  * instances report to the router, and the one check that no request was lost.
  */
-import { createCacheView } from "./cache_view.ts";
-import type { AutoscaleConfig, Fault } from "./faults.ts";
+import { createCacheView } from "./router/cache_view.ts";
+import type { AutoscaleConfig, Fault } from "./dynamics/faults.ts";
 import {
   type EngineConfig,
   instancePools,
@@ -22,9 +22,9 @@ import {
   isDisaggregated,
   poolOfInstance,
   type ServingActor,
-} from "./instance_model.ts";
-import { instanceModel } from "./instance_models.ts";
-import { MetricsCollector, type MetricsOptions, type SloTargets } from "./metrics_collector.ts";
+} from "./instances/instance_model.ts";
+import { instanceModel } from "./instances/instance_models.ts";
+import { MetricsCollector, type MetricsOptions, type SloTargets } from "./metrics/metrics_collector.ts";
 import { policyReads, type PolicySpec, type RoutingPolicy } from "./policies/mod.ts";
 import type {
   AnyMessage,
@@ -36,23 +36,23 @@ import type {
   ServeCommand,
   SourceCommand,
 } from "./protocol.ts";
-import { Autoscaler } from "./autoscaler.ts";
-import { FaultInjector } from "./fault_injector.ts";
-import { FaultyInstance } from "./faulty_instance.ts";
-import { requestClasses } from "./request_classes.ts";
+import { Autoscaler } from "./dynamics/autoscaler.ts";
+import { FaultInjector } from "./dynamics/fault_injector.ts";
+import { FaultyInstance } from "./dynamics/faulty_instance.ts";
+import { requestClasses } from "./workload/request_classes.ts";
 import {
   type Disaggregation,
   type FleetCache,
   type InstanceTableOptions,
   Router,
   type RoutingPool,
-} from "./router.ts";
+} from "./router/router.ts";
 import type { ActorRef, Kernel } from "./runtime/kernel.ts";
 import { SimulationError } from "./runtime/simulation_error.ts";
-import type { StatusBoard, StatusReportingOptions } from "./status_reporter.ts";
-import type { TraceOptions } from "./trace_reader.ts";
-import { TraceSource } from "./trace_source.ts";
-import { type WorkloadOptions, WorkloadSource } from "./workload_source.ts";
+import type { StatusBoard, StatusReportingOptions } from "./instances/status_reporter.ts";
+import type { TraceOptions } from "./traces/trace_reader.ts";
+import { TraceSource } from "./traces/trace_source.ts";
+import { type WorkloadOptions, WorkloadSource } from "./workload/workload_source.ts";
 
 /** What the router sees of the instances and how fresh it is. */
 export interface RouterConfig {
@@ -76,7 +76,10 @@ export interface RouterConfig {
   readonly pdFlow?: "prefill-first" | "decode-first";
   /** Decode-first: prefill on the decode instance when fewer prompt tokens than this are uncached there. @default 0 */
   readonly pdLocalPrefillTokens?: number;
-  /** Router replicas, each with its own views (design.md, "Router replicas"). @default 1 */
+  /**
+   * Router replicas, each with its own views (actors/dynamics/README.md,
+   * "Router replicas"). @default 1
+   */
   readonly replicas?: number;
   /** How arrivals are spread over the replicas: uniformly at random, or by session key. @default "random" */
   readonly replicaSpread?: "random" | "session";
@@ -121,7 +124,7 @@ export interface SimulationConfig {
   readonly untilMs?: number;
   /** SLOs of every request its class does not override; a field absent everywhere is not checked. @default none */
   readonly slo?: SloTargets;
-  /** Instance faults (design.md, "Faults"). @default none */
+  /** Instance faults (actors/dynamics/README.md, "Faults"). @default none */
   readonly faults?: readonly Fault[];
   /** The autoscaler; `instances.count` is then its `max`. @default none (a fixed fleet) */
   readonly autoscale?: AutoscaleConfig;
@@ -393,7 +396,7 @@ function relativeCapacities(engines: readonly EngineConfig[]): number[] | undefi
 /**
  * The workload source: synthetic, or a trace replay when the workload names a
  * trace. With `workload.classes`, each request draws its class from a stream
- * of its own, seeded by `seed` (actors/request_classes.ts).
+ * of its own, seeded by `seed` (actors/workload/request_classes.ts).
  */
 export function buildSource(
   workload: SimulationConfig["workload"],

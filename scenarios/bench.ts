@@ -11,17 +11,21 @@ import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/
 import { POLICY_NAMES } from "../actors/policies/mod.ts";
 import { simulate } from "../actors/simulation.ts";
 import { fileURLToPath } from "node:url";
-import { parseFlags, runCommand } from "./command_line.ts";
-import { parseScenario } from "./scenario.ts";
-import { UsageError } from "./usage_error.ts";
-import { loadRouterPlugin } from "./router_plugin.ts";
-import { runPluginScenario } from "./run_scenario.ts";
-import { mooncakeLine, TraceGenerator, type TraceGeneratorOptions } from "../actors/trace_generator.ts";
+import { parseFlags, runCommand } from "./scenario/command_line.ts";
+import { parseScenario } from "./scenario/scenario.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { loadRouterPlugin } from "./workers/router_plugin.ts";
+import { runPluginScenario } from "./workers/run_scenario.ts";
+import {
+  mooncakeLine,
+  TraceGenerator,
+  type TraceGeneratorOptions,
+} from "../actors/traces/trace_generator.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import { traceChunks, TraceTally } from "./trace_file.ts";
-import { fleetBench } from "./fleet_bench.ts";
+import { traceChunks, TraceTally } from "./scenario/trace_file.ts";
+import { fleetBench } from "./bench/fleet_bench.ts";
 import { gatewayBench, proxyBench, serveLagBench, soakBench, streamBench } from "./wire/wire_bench.ts";
-import { realtimeBench } from "./realtime_bench.ts";
+import { realtimeBench } from "./bench/realtime_bench.ts";
 
 type Ball = { readonly type: "ball"; readonly hops: number };
 

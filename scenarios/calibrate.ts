@@ -4,16 +4,17 @@
  * through their public API, fits the batching engine's coefficients with
  * confidence intervals, finds what it can of the cache, and writes an engine
  * preset file that `run`, `sweep`, `realtime` and `serve` take as
- * `instances.engine.preset`. design.md, "Calibrating against a real engine".
+ * `instances.engine.preset`. scenarios/wire/README.md,
+ * "`deno task calibrate`".
  */
 import { join } from "node:path";
 import * as Plot from "@observablehq/plot";
-import { numberFlag, parseFlags, reachableUrls, runCommand } from "./command_line.ts";
-import { writeFilesAtomic } from "./atomic_write.ts";
-import { toolOutputDirectory } from "./output_directory.ts";
+import { numberFlag, parseFlags, reachableUrls, runCommand } from "./scenario/command_line.ts";
+import { writeFilesAtomic } from "./cli/atomic_write.ts";
+import { toolOutputDirectory } from "./sweep_runner/output_directory.ts";
 import { figure, plot, SERIES_COLORS } from "./report/chart.ts";
 import { toPng } from "./report/png.ts";
-import { UsageError } from "./usage_error.ts";
+import { UsageError } from "./cli/usage_error.ts";
 import {
   calibrate,
   type Calibration,

@@ -2,7 +2,8 @@
  * @module
  * `deno task load`: replays a scenario's workload (synthetic or a trace),
  * open loop, against any OpenAI-compatible server and prints the metrics of
- * `deno task run`, measured client-side.
+ * `deno task run`, measured client-side. Each run draws a fresh `--nonce`
+ * (printed) so a warm server never sees the same prompts twice unless asked.
  */
 import {
   configFromFlags,
@@ -11,9 +12,10 @@ import {
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
-} from "./command_line.ts";
-import { UsageError } from "./usage_error.ts";
-import { systemWallTime } from "./wall_time.ts";
+} from "./scenario/command_line.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { systemWallTime } from "./cli/wall_time.ts";
+import { plural } from "./cli/plural.ts";
 import {
   clientLimitLines,
   endpointUrl,
@@ -23,6 +25,68 @@ import {
   type LoadResult,
   runLoad,
 } from "./wire/load_generator.ts";
+
+/**
+ * The scenario flags load reads: the workload (synthetic or trace), its seed
+ * and SLOs, and the flags it shares with every tool. Its own `--model` is the
+ * requests' model name, listed in its own help.
+ */
+const WORKLOAD_FLAGS: ReadonlySet<string> = new Set([
+  "scenario",
+  "trace",
+  "trace-speed",
+  "skip-invalid",
+  "rate",
+  "requests",
+  "arrivals",
+  "burstiness",
+  "burst-ms",
+  "zipf",
+  "prefix-frac",
+  "prefix-groups",
+  "prefix-tokens",
+  "suffix-tokens",
+  "seed",
+  "slo-ttft-ms",
+  "slo-tpot-ms",
+  "json",
+  "help",
+  "model",
+]);
+
+/**
+ * Every other scenario flag configures the serving side (routing, the fleet,
+ * its engines, faults), which a load generator does not run: refused, never
+ * silently ignored.
+ */
+const SERVING_ONLY: readonly string[] = Object.keys(SCENARIO_OPTIONS).filter((flag) =>
+  !WORKLOAD_FLAGS.has(flag)
+);
+
+/** The flags load lists in its own part of the help, left out of the scenario part. */
+const OWN_HELP = new Set(["model", "json"]);
+
+/**
+ * The scenario flags' help cut to {@linkcode WORKLOAD_FLAGS}, each flag
+ * listed once: an entry is a line starting `  --flag` (or `  -h, --help`)
+ * and the more-indented lines under it.
+ */
+export function workloadFlagsHelp(): string {
+  const [, ...lines] = SCENARIO_FLAGS_HELP.split("\n");
+  const kept: string[] = [];
+  let keep = false;
+  for (const line of lines) {
+    const entry = /^ {2}(?:-\w, )?--([a-z0-9-]+)/.exec(line);
+    if (entry !== null) keep = WORKLOAD_FLAGS.has(entry[1]) && !OWN_HELP.has(entry[1]);
+    else if (!line.startsWith("   ")) keep = false;
+    if (keep) kept.push(line);
+  }
+  return [
+    "Workload flags (override the scenario file; defaults in scenarios/README.md). Load reads the scenario's workload,",
+    "seed and SLOs only; routing and fleet flags (--policy, --instances, --preset, ...) belong to serve:",
+    ...kept,
+  ].join("\n");
+}
 
 const HELP = `Usage: deno task load --url URL [flags]
 
@@ -43,7 +107,9 @@ localhost only.
   --prompt-ids           send each prompt as token ids in [1000, 32000) instead of words, so an engine
                          with its own tokenizer (vLLM, SGLang, llama.cpp) sees exactly the simulated
                          tokens (completion endpoint only)
-  --nonce N              makes this run's unique prompt tokens its own, integer >= 0 (default: the seed)
+  --nonce N              makes this run's unique prompt tokens its own, integer >= 0 (default: drawn
+                         fresh for each run, not from the seed, and printed on stderr and in --json's
+                         load.nonce); give a printed nonce again to send exactly that run's prompts
   --request-timeout-ms N wall ms a request may go without a sign of life (from its send to its
                          headers, then between events of its stream) before it fails as timeout,
                          > 0 (default 60000); ms this client's own event loop spent stalled do not
@@ -52,7 +118,9 @@ localhost only.
   --progress             show progress on stderr even when it is not a terminal
   --json                 print the same keys as deno task run --json, plus "load"
 
-${SCENARIO_FLAGS_HELP}`;
+Exits 0 when the run is done, 1 when every request sent failed, 2 on a bad flag, 130 on Ctrl-C.
+
+${workloadFlagsHelp()}`;
 
 const OPTIONS = {
   ...SCENARIO_OPTIONS,
@@ -65,8 +133,10 @@ const OPTIONS = {
   "prompt-ids": { type: "boolean" },
 } as const;
 
-/** Scenario flags that configure the serving side, which a load generator does not run. */
-const SERVING_ONLY = ["router", "plugin-timeout-ms", "faults"] as const;
+/** A fresh nonce: 32 random bits from the system's generator, never the seed. */
+function freshNonce(): number {
+  return crypto.getRandomValues(new Uint32Array(1))[0];
+}
 
 /** The parsed flags of `deno task load`. */
 type LoadFlags = ReturnType<typeof parseFlags<typeof OPTIONS>>["values"];
@@ -106,9 +176,12 @@ async function urlFlag(raw: string | undefined): Promise<string> {
 
 /** What `deno task load` is asked to do, checked. */
 async function loadSettings(values: LoadFlags) {
-  const given = SERVING_ONLY.find((flag) => values[flag] !== undefined);
+  const given = SERVING_ONLY.find((flag) => (values as Record<string, unknown>)[flag] !== undefined);
   if (given !== undefined) {
-    throw new UsageError(`--${given}: configures the serving side; give it to deno task serve, not load`);
+    throw new UsageError(
+      `--${given}: configures the serving side: load replays the workload only; routing and fleet flags ` +
+        `belong to serve (give --${given} to deno task serve, not load)`,
+    );
   }
   const url = await urlFlag(values.url);
   const endpoint = endpointFlag(values.endpoint, url);
@@ -123,7 +196,7 @@ async function loadSettings(values: LoadFlags) {
   const { model, ...scenarioFlags } = values;
   const config = await configFromFlags(scenarioFlags);
   const nonce = values.nonce === undefined
-    ? config.seed
+    ? freshNonce()
     : values.nonce.trim() === ""
     ? NaN
     : Number(values.nonce);
@@ -134,7 +207,17 @@ async function loadSettings(values: LoadFlags) {
   if (promptIds && endpoint === "chat") {
     throw new UsageError("--prompt-ids: token ids need the completion endpoint, not --endpoint chat");
   }
-  return { url, endpoint, speed, requestTimeoutMs, config, nonce, promptIds, model: model ?? "sim" };
+  return {
+    url,
+    endpoint,
+    speed,
+    requestTimeoutMs,
+    config,
+    nonce,
+    nonceGiven: values.nonce !== undefined,
+    promptIds,
+    model: model ?? "sim",
+  };
 }
 
 /** One progress line: how many requests were sent and how they ended. */
@@ -142,6 +225,19 @@ function progressLine(p: LoadProgress, wallMs: number): string {
   const open = p.sent - p.completed - p.dropped - p.failed - p.clientStalled;
   return `load: ${p.sent} of ${p.total} sent, ${p.completed} completed, ${p.dropped} dropped, ${p.failed} failed, ` +
     `${p.clientStalled} client stalled, ${open} in flight, ${(wallMs / 1000).toFixed(0)} s wall`;
+}
+
+/**
+ * The last line of a run in which every request sent failed (it exits 1), with
+ * how they failed; undefined when any got an answer, or none was sent.
+ */
+export function allFailedLine(l: LoadResult["load"]): string | undefined {
+  if (l.sent === 0 || l.failed < l.sent) return undefined;
+  const kinds = Object.entries(l.failedBy).map(([kind, n]) => `${kind} ${n}`).join(", ");
+  const example = Object.values(l.failureExamples)[0];
+  return `load: every request failed (${l.failed} of ${l.sent}${kinds === "" ? "" : `: ${kinds}`})` +
+    `${example === undefined ? "" : `, e.g. ${example}`}; is the server at ${l.url} up and serving model ` +
+    `"${l.model}"? exit 1`;
 }
 
 /** The report as the flags ask: JSON (with the client's limits on stderr too), or the table. */
@@ -168,12 +264,18 @@ if (import.meta.main) {
     const onInterrupt = () => abort.abort();
     Deno.addSignalListener("SIGINT", onInterrupt);
     try {
+      const { nonceGiven: _nonceGiven, ...options } = settings;
       const result = await runLoad({
-        ...settings,
+        ...options,
         signal: abort.signal,
         wallTime: systemWallTime,
         onStart: (total, url) =>
-          console.error(`load: sending ${total} requests to ${url} at speed ${settings.speed}×`),
+          console.error(
+            `load: sending ${
+              plural(total, "request")
+            } to ${url} at speed ${settings.speed}×, nonce ${settings.nonce}` +
+              (settings.nonceGiven ? "" : ` (drawn fresh; --nonce ${settings.nonce} repeats these prompts)`),
+          ),
         onProgress: (_done, _total, progress) => latest = progress,
       });
       printReport(result, values.json);
@@ -186,6 +288,11 @@ if (import.meta.main) {
             `${l.inFlight} in flight aborted`,
         );
         Deno.exit(130);
+      }
+      const failedLine = allFailedLine(result.load);
+      if (failedLine !== undefined) {
+        console.error(failedLine);
+        Deno.exit(1);
       }
     } finally {
       if (timer !== false) clearInterval(timer);

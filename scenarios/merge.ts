@@ -4,8 +4,8 @@
  * `--shard i/n` (on one machine or a cluster) into the same
  * `sweep_summary.csv`, `summary.txt`, plots and report as a single run.
  */
-import { parseFlags, runCommand } from "./command_line.ts";
-import { outputDirectory } from "./output_directory.ts";
+import { parseFlags, runCommand } from "./scenario/command_line.ts";
+import { outputDirectory } from "./sweep_runner/output_directory.ts";
 import {
   assembleShards,
   assertOutputFree,
@@ -13,9 +13,10 @@ import {
   readShards,
   WHOLE,
   writeSweepOutputs,
-} from "./sweep_directory.ts";
-import { specHash } from "./sweep_journal.ts";
-import { UsageError } from "./usage_error.ts";
+} from "./sweep_runner/sweep_directory.ts";
+import { specHash } from "./sweep_runner/sweep_journal.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { plural } from "./cli/plural.ts";
 
 const HELP = `Usage: deno task merge [--out DIR] DIR…
 
@@ -23,8 +24,9 @@ Reads every shard-*-of-*.jsonl in the given directories, checks that they are
 the complete, non-overlapping shards of one sweep (same spec, plugin and
 simulator version), and writes the sweep's outputs to --out: by default the
 home of the committed sweep it is (results/ for scenarios/sweeps/default.json,
-results/NAME for NAME.json), results/plugin-NAME for a sweep with a plugin;
-the home of another committed sweep is refused.`;
+results/NAME for NAME.json), results/plugin-P (default.json) or
+results/plugin-P-NAME (NAME.json) for a sweep with the plugin P.ts; a sweep of
+no committed file needs --out. The home of another committed sweep is refused.`;
 
 if (import.meta.main) {
   await runCommand(async () => {
@@ -45,6 +47,8 @@ if (import.meta.main) {
     const lock = await lockOutput(out, WHOLE, "merge");
     await writeSweepOutputs(out, sweep, results);
     lock.release();
-    console.error(`merged ${shards.length} shards (${sweep.runs.length} runs) into ${out}/`);
+    console.error(
+      `merged ${plural(shards.length, "shard")} (${plural(sweep.runs.length, "run")}) into ${out}/`,
+    );
   });
 }

@@ -7,7 +7,6 @@
  */
 import { type LiveHandles, type RealtimeResult, simulateRealtime } from "../actors/realtime_simulation.ts";
 import {
-  configFromFlags,
   numberFlag,
   parseFlags,
   pluginFlag,
@@ -15,18 +14,20 @@ import {
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
-} from "./command_line.ts";
+  scenarioFromFlags,
+} from "./scenario/command_line.ts";
 import { policyLabel } from "../actors/policies/mod.ts";
 import type { SimulationConfig } from "../actors/simulation.ts";
-import type { TraceOptions } from "../actors/trace_reader.ts";
-import { openTrace } from "../actors/trace_source.ts";
-import { LiveView } from "./live_view.ts";
-import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
-import { formatMetric, formatReport } from "./report/run_report.ts";
-import { UsageError } from "./usage_error.ts";
-import { watchPluginProcess } from "./plugin_watchdog.ts";
-import { systemWallTime } from "./wall_time.ts";
+import type { TraceOptions } from "../actors/traces/trace_reader.ts";
+import { openTrace } from "../actors/traces/trace_source.ts";
+import { LiveView } from "./report/live_view.ts";
+import { callerDirectory } from "./cli/caller_directory.ts";
+import { plural } from "./cli/plural.ts";
+import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./workers/router_plugin.ts";
+import { formatMetric, formatReport, type RunReport, skippedLinesNotice } from "./report/run_report.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { watchPluginProcess } from "./workers/plugin_watchdog.ts";
+import { systemWallTime } from "./cli/wall_time.ts";
 
 const HELP = `Usage: deno task realtime [flags]
 
@@ -57,21 +58,33 @@ export const MAX_REALTIME_WALL_MS = 2 ** 31 - 1;
  * least 1 ms, over that limit. A lower bound: service after the last arrival
  * only adds to it.
  */
-export function minimumSpeed(config: SimulationConfig): number {
+export function minimumSpeed(config: SimulationConfig, scan?: TraceScan): number {
   const w = config.workload;
   const arrivalsMs = w.trace !== undefined
-    ? traceSpanMs(w.trace)
+    ? (scan ?? scanTrace(w.trace)).spanMs
     : (1000 * w.requests) / w.ratePerSec / (w.sessions?.turnsMean ?? 1);
   return Math.max(1, Math.min(arrivalsMs, config.untilMs ?? Infinity)) / MAX_REALTIME_WALL_MS;
 }
 
-/** Simulated ms from a trace's first arrival to its last (after `speed` and `maxRequests`). */
-function traceSpanMs(trace: TraceOptions): number {
+/** What one read through a trace found: its span and the malformed lines it skipped. */
+interface TraceScan {
+  /** Simulated ms from the first arrival to the last (after `speed` and `maxRequests`). */
+  readonly spanMs: number;
+  /** Malformed lines skipped (only with `skipInvalid`). */
+  readonly skipped: number;
+}
+
+/**
+ * Reads `trace` through once. The run's trace source reads it in the
+ * source's Worker, which does not report its skipped lines; this read, over
+ * the same lines and cap, counts them for the report.
+ */
+function scanTrace(trace: TraceOptions): TraceScan {
   const reader = openTrace(trace);
   try {
     let last = 0;
     for (let r = reader.next(); r; r = reader.next()) last = r.arrivalMs;
-    return last;
+    return { spanMs: last, skipped: reader.skipped };
   } finally {
     reader.close();
   }
@@ -81,8 +94,13 @@ function traceSpanMs(trace: TraceOptions): number {
  * `--speed` checked against the scenario: a speed so small that the run
  * cannot end (see {@linkcode minimumSpeed}) is a usage error.
  */
-function checkSpeed(speed: number, raw: string | undefined, config: SimulationConfig): void {
-  const minimum = minimumSpeed(config);
+function checkSpeed(
+  speed: number,
+  raw: string | undefined,
+  config: SimulationConfig,
+  scan?: TraceScan,
+): void {
+  const minimum = minimumSpeed(config, scan);
   if (speed >= minimum) return;
   throw new UsageError(
     `--speed: expected a number >= ${minimum.toPrecision(3)} for this scenario ` +
@@ -99,7 +117,7 @@ export function formatLag(result: RealtimeResult, toleranceMs: number): string {
     `  lag           p50 ${lag.p50Ms.toFixed(2)} ms · p99 ${lag.p99Ms.toFixed(2)} ms · max ${
       lag.maxMs.toFixed(2)
     } ms wall behind schedule` +
-    ` (${lag.deliveries} deliveries at speed ${result.speed}×)`,
+    ` (${plural(lag.deliveries, "delivery", "deliveries")} at speed ${result.speed}×)`,
   ];
   if (lag.p99Ms > toleranceMs) {
     lines.push(
@@ -120,8 +138,9 @@ async function realtimeSettings(values: RealtimeFlags) {
   const speed = numberFlag("--speed", values.speed, 5);
   const tolerance = numberFlag("--lag-tolerance-ms", values["lag-tolerance-ms"], 50);
   const handlerTimeoutMs = numberFlag("--handler-timeout-ms", values["handler-timeout-ms"], 5000);
-  const config = await configFromFlags(values);
-  checkSpeed(speed, values.speed, config);
+  const { config, typedTracePath } = await scenarioFromFlags(values);
+  const scan = config.workload.trace === undefined ? undefined : scanTrace(config.workload.trace);
+  checkSpeed(speed, values.speed, config, scan);
   const pluginTimeout = pluginTimeoutMs(values);
   const named = pluginFlag(values);
   const plugin = named && await loadRouterPlugin(named.path, {
@@ -130,7 +149,8 @@ async function realtimeSettings(values: RealtimeFlags) {
     flag: named.flag,
     pool: named.pool,
   });
-  return { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin };
+  const skipped = { count: scan?.skipped ?? 0, tracePath: typedTracePath };
+  return { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin, skipped };
 }
 
 /** The one line an interrupted run ends with: how long it ran and what it had measured. */
@@ -142,13 +162,29 @@ function interruptedLine(live: LiveHandles | undefined, wallMs: number): string 
     }, hit rate ${formatMetric(s?.hitRate ?? null, 3)}; every Worker terminated`;
 }
 
+/**
+ * The run's report, with the malformed lines `scanTrace` counted before the
+ * run (the source's Worker does not count them), noted on stderr with
+ * `--skip-invalid` under the trace's path as the user typed it.
+ */
+function realtimeReport(
+  result: RealtimeResult,
+  config: SimulationConfig,
+  skipped: { readonly count: number; readonly tracePath?: string },
+  wallMs: number,
+): RunReport {
+  const report = { ...result, skippedInvalid: skipped.count, wallMs, scenario: config };
+  const notice = skippedLinesNotice(report, skipped.tracePath);
+  if (notice) console.error(`realtime: ${notice}`);
+  return report;
+}
+
 if (import.meta.main) {
   await runCommand(async () => {
     const { values } = parseFlags(Deno.args, OPTIONS);
     if (values.help) return console.log(HELP);
-    const { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin } = await realtimeSettings(
-      values,
-    );
+    const { speed, tolerance, handlerTimeoutMs, config, pluginTimeout, plugin, skipped } =
+      await realtimeSettings(values);
 
     const name = plugin?.pool
       ? `${policyLabel(config.policy)} · ${plugin.pool} plugin ${plugin.name}`
@@ -173,7 +209,7 @@ if (import.meta.main) {
       terminal ? 250 : 2000,
     );
     // The router's Worker runs the plugin: past the memory budget, end the run in one line
-    // before V8 aborts the whole process with a crash dump (scenarios/plugin_watchdog.ts).
+    // before V8 aborts the whole process with a crash dump (scenarios/workers/plugin_watchdog.ts).
     const watchdog = plugin && watchPluginProcess(plugin);
     try {
       const result = await simulateRealtime(config, {
@@ -194,7 +230,7 @@ if (import.meta.main) {
         },
       });
       clearInterval(timer);
-      const report = { ...result, wallMs: performance.now() - start, scenario: config };
+      const report = realtimeReport(result, config, skipped, performance.now() - start);
       console.log(
         values.json
           ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)

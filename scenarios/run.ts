@@ -2,21 +2,21 @@
  * @module
  * `deno task run`: simulate one scenario and print a table (or JSON).
  */
-import { expectedRequests, runProgress } from "./run_progress.ts";
-import { formatReport } from "./report/run_report.ts";
-import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./router_plugin.ts";
-import { runPluginScenario, runScenario } from "./run_scenario.ts";
-import { watchPluginProcess } from "./plugin_watchdog.ts";
+import { expectedRequests, runProgress } from "./cli/run_progress.ts";
+import { formatReport, skippedLinesNotice } from "./report/run_report.ts";
+import { callerDirectory } from "./cli/caller_directory.ts";
+import { loadRouterPlugin, poolPluginJson, withPoolPluginLine } from "./workers/router_plugin.ts";
+import { runPluginScenario, runScenario } from "./workers/run_scenario.ts";
+import { watchPluginProcess } from "./workers/plugin_watchdog.ts";
 import {
-  configFromFlags,
   parseFlags,
   pluginFlag,
   pluginTimeoutMs,
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
-} from "./command_line.ts";
+  scenarioFromFlags,
+} from "./scenario/command_line.ts";
 
 const HELP = `Usage: deno task run [flags]
 
@@ -34,7 +34,7 @@ if (import.meta.main) {
       console.log(HELP);
       return;
     }
-    const config = await configFromFlags(values);
+    const { config, typedTracePath } = await scenarioFromFlags(values);
     const timeoutMs = pluginTimeoutMs(values);
     const named = pluginFlag(values);
     const plugin = named && await loadRouterPlugin(named.path, {
@@ -43,7 +43,7 @@ if (import.meta.main) {
       flag: named.flag,
       pool: named.pool,
     });
-    // Memory and a main thread kept busy, watched from a Worker of its own (scenarios/plugin_watchdog.ts).
+    // Memory and a main thread kept busy, watched from a Worker of its own (scenarios/workers/plugin_watchdog.ts).
     const watchdog = plugin && watchPluginProcess(plugin);
     const terminal = Deno.stderr.isTerminal();
     const progress = terminal || values.progress
@@ -53,6 +53,8 @@ if (import.meta.main) {
       ? await runPluginScenario(config, plugin, timeoutMs)
       : runScenario(config, progress && ((p) => progress.update(p)));
     progress?.stop();
+    const skipped = skippedLinesNotice(report, typedTracePath);
+    if (skipped) console.error(`run: ${skipped}`);
     console.log(
       values.json
         ? JSON.stringify({ ...report, ...poolPluginJson(plugin) }, null, 2)

@@ -7,8 +7,12 @@
  * any OpenAI-compatible servers. Prints one line per address, then serves
  * until SIGTERM or Ctrl-C: `/health` answers 503 at once, new requests are
  * refused, requests in flight finish (for at most 4.5 s), and it exits.
+ * While it serves, it warns (stderr, live page) when the simulated fleet lags
+ * the wall clock; with `--json` it prints one JSON line on start and one on stop.
  */
-import { systemWallTime } from "./wall_time.ts";
+import { systemWallTime } from "./cli/wall_time.ts";
+import { LAG_CHECK_MS, LAG_TOLERANCE_MS, LAG_WARNING_EVERY_MS, LagWatch } from "./wire/lag_watch.ts";
+import { plural } from "./cli/plural.ts";
 import {
   configFromFlags,
   numberFlag,
@@ -19,12 +23,12 @@ import {
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
-} from "./command_line.ts";
-import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
-import { watchPluginProcess } from "./plugin_watchdog.ts";
-import { UsageError } from "./usage_error.ts";
-import { isDisaggregated } from "../actors/instance_model.ts";
+} from "./scenario/command_line.ts";
+import { callerDirectory } from "./cli/caller_directory.ts";
+import { loadRouterPlugin, type RouterPlugin } from "./workers/router_plugin.ts";
+import { watchPluginProcess } from "./workers/plugin_watchdog.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { isDisaggregated } from "../actors/instances/instance_model.ts";
 import type { SimulationConfig } from "../actors/topology.ts";
 import { policyLabel } from "../actors/policies/mod.ts";
 import { DEFAULT_MAX_BODY_BYTES } from "./wire/http.ts";
@@ -45,6 +49,15 @@ import {
   startGateway,
 } from "./wire/gateway.ts";
 
+/** What `--json` does here, in the scenario flags' help column. */
+const JSON_HELP = "  --json".padEnd(25) +
+  "print one JSON line on stdout on start (the addresses) and one on stop (the summary)\n" +
+  " ".repeat(25) + "instead of text; warnings stay on stderr";
+
+/** The lag watch's figures, as the help says them. */
+const LAG_TOLERANCE = `${LAG_TOLERANCE_MS} ms`, LAG_WINDOW = `${LAG_CHECK_MS / 1000} s`;
+const LAG_LINE_EVERY = `${LAG_WARNING_EVERY_MS / 1000} s`;
+
 const HELP = `Usage: deno task serve [flags]
 
 Starts the scenario's instances (FIFO or batching model) as OpenAI-compatible
@@ -53,7 +66,10 @@ gateway on --port that routes to them with the scenario's policy or a --router
 plugin. With --upstream the gateway fronts those servers instead (real vLLM or
 SGLang): it reads their /metrics for load and keeps an approximate cache view.
 Prints "instance N: URL" and "gateway: URL" lines, then serves until SIGTERM or
-Ctrl-C (graceful: in-flight streams finish, at most 5 s).
+Ctrl-C (graceful: in-flight streams finish, at most 5 s). While the simulated
+fleet falls behind the wall clock (p99 delivery lag past ${LAG_TOLERANCE} over ${LAG_WINDOW}, the
+tolerance of deno task realtime), it says so on the gateway's live page and on
+stderr, a line at most every ${LAG_LINE_EVERY}: lower --speed or serve fewer instances.
 
   --speed X                simulated ms per wall ms (default 1: real time)
   --host ADDR              the address every server binds (default 127.0.0.1)
@@ -80,7 +96,7 @@ Bound to 127.0.0.1 by default, and the task may reach 127.0.0.1 and localhost
 only. For other hosts run: deno run --allow-read --allow-net=HOSTS
 --unstable-worker-options scenarios/serve.ts --host ... --upstream ...
 
-${SCENARIO_FLAGS_HELP}`;
+${SCENARIO_FLAGS_HELP.replace(/^ {2}--json .*$/m, JSON_HELP)}`;
 
 const OPTIONS = {
   ...SCENARIO_OPTIONS,
@@ -158,7 +174,7 @@ async function serveSettings(values: ServeFlags) {
       throw new UsageError(
         `--upstream: not allowed to reach ${host}: the serve task may reach 127.0.0.1 and localhost only; ` +
           `for other hosts run deno run --allow-read --allow-net=127.0.0.1,${host} --allow-env=INIT_CWD ` +
-          `--unstable-worker-options scenarios/serve.ts ... (README, "Over the wire")`,
+          `--unstable-worker-options scenarios/serve.ts ... (scenarios/README.md, "Over the wire")`,
       );
     }
   }
@@ -242,9 +258,15 @@ function connectionBudget(values: ServeFlags, remote: boolean, noGateway: boolea
 
 type ServeSettings = Awaited<ReturnType<typeof serveSettings>>;
 
-/** Starts the gateway in front of `upstreams`. */
-function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugin: RouterPlugin | undefined) {
+/** Starts the gateway in front of `upstreams`; its live page shows `warning` while it is not null. */
+function gatewayFor(
+  settings: ServeSettings,
+  upstreams: readonly string[],
+  plugin: RouterPlugin | undefined,
+  warning: () => string | null,
+) {
   return startGateway({
+    warning,
     config: settings.config,
     upstreams,
     host: settings.host,
@@ -273,8 +295,50 @@ function gatewayFor(settings: ServeSettings, upstreams: readonly string[], plugi
   });
 }
 
-/** Waits for SIGTERM or SIGINT, then shuts down gracefully and says what was served; a second signal exits at once. */
-async function serveUntilSignal(fleet: SimFleet | undefined, gateway: Gateway | undefined): Promise<void> {
+/** What the stop says: the signal, how long stopping took, the fleet's lag, and what the gateway served. */
+function stopSummary(
+  name: string,
+  stoppedInS: number,
+  fleet: SimFleet | undefined,
+  gateway: Gateway | undefined,
+) {
+  const lag = fleet?.lagStats();
+  const snapshot = gateway?.snapshot();
+  return {
+    event: "stopped",
+    signal: name,
+    stoppedInS,
+    lag: lag === undefined
+      ? null
+      : { p50Ms: lag.p50Ms, p99Ms: lag.p99Ms, maxMs: lag.maxMs, deliveries: lag.deliveries },
+    requests: snapshot?.requests ?? null,
+    ttftMs: snapshot?.ttftMs ?? null,
+    hitRate: snapshot?.hitRate ?? null,
+  };
+}
+
+/** The stop summary's line on stderr. */
+function stopLine(summary: ReturnType<typeof stopSummary>): string {
+  const { lag } = summary;
+  return `${summary.signal}: stopped in ${summary.stoppedInS.toFixed(2)} s` +
+    (lag
+      ? `; the simulated fleet's delivery lag p50 ${lag.p50Ms.toFixed(1)} ms, p99 ${
+        lag.p99Ms.toFixed(1)
+      } ms, ` +
+        `max ${lag.maxMs.toFixed(1)} ms over ${plural(lag.deliveries, "delivery", "deliveries")}`
+      : "");
+}
+
+/**
+ * Waits for SIGTERM or SIGINT, then shuts down gracefully and says what was
+ * served (on stderr; with `json`, also as one JSON line on stdout); a second
+ * signal exits at once.
+ */
+async function serveUntilSignal(
+  fleet: SimFleet | undefined,
+  gateway: Gateway | undefined,
+  json: boolean,
+): Promise<void> {
   const signal = Promise.withResolvers<string>();
   let stopping = false;
   const listeners = (["SIGTERM", "SIGINT"] as const).map((name) => {
@@ -289,16 +353,9 @@ async function serveUntilSignal(fleet: SimFleet | undefined, gateway: Gateway | 
   const name = await signal.promise;
   const started = performance.now();
   const stopped = () => {
-    const lag = fleet?.lagStats();
-    console.error(
-      `${name}: stopped in ${((performance.now() - started) / 1000).toFixed(2)} s` +
-        (lag
-          ? `; the simulated fleet's delivery lag p50 ${lag.p50Ms.toFixed(1)} ms, p99 ${
-            lag.p99Ms.toFixed(1)
-          } ms, ` +
-            `max ${lag.maxMs.toFixed(1)} ms over ${lag.deliveries} deliveries`
-          : ""),
-    );
+    const summary = stopSummary(name, (performance.now() - started) / 1000, fleet, gateway);
+    console.error(stopLine(summary));
+    if (json) console.log(JSON.stringify(summary));
   };
   // Whatever a client still holds open (a stalled upload…), the process is gone within 5 s.
   let done = false;
@@ -317,11 +374,30 @@ async function serveUntilSignal(fleet: SimFleet | undefined, gateway: Gateway | 
   done = true;
 }
 
+/**
+ * Checks the simulated fleet's lag every {@linkcode LAG_CHECK_MS} and says on
+ * stderr when it falls behind (at most every 10 s) and when it is back.
+ */
+function watchLag(fleet: SimFleet, speed: number): { watch: LagWatch; stop: () => void } {
+  const watch = new LagWatch({
+    lagStats: (recent) => fleet.lagStats(recent),
+    speed,
+    instances: fleet.urls.length,
+  });
+  const timer = setInterval(() => {
+    const { line } = watch.check(performance.now());
+    if (line !== undefined) console.error(line);
+  }, LAG_CHECK_MS);
+  Deno.unrefTimer(timer); // the servers keep the process alive, not this
+  return { watch, stop: () => clearInterval(timer) };
+}
+
 if (import.meta.main) {
   await runCommand(async () => {
     const { values } = parseFlags(Deno.args, OPTIONS);
     if (values.help) return console.log(HELP);
     const settings = await serveSettings(values);
+    const json = values.json === true;
     // A plugin's memory (its own, or a nested allocation) past the budget, or a main thread it
     // starves, ends the process in one line, from a Worker the plugin cannot starve.
     const watchdog = settings.plugin && watchPluginProcess(settings.plugin, { linePrefix: "serve: " });
@@ -341,24 +417,38 @@ if (import.meta.main) {
           Deno.exit(1);
         },
       });
-      fleet.urls.forEach((url, i) => console.log(`instance ${i}: ${url}`));
+      if (!json) fleet.urls.forEach((url, i) => console.log(`instance ${i}: ${url}`));
     }
+    const lag = fleet && watchLag(fleet, settings.speed);
     const upstreams = fleet?.urls ?? settings.upstreams;
-    const gateway = values["no-gateway"] ? undefined : await gatewayFor(settings, upstreams, settings.plugin);
-    if (gateway) {
-      const routing = settings.plugin
-        ? `plugin ${settings.plugin.name}`
-        : policyLabel(settings.config.policy);
+    const gateway = values["no-gateway"]
+      ? undefined
+      : await gatewayFor(settings, upstreams, settings.plugin, () => lag?.watch.warning() ?? null);
+    const routing = settings.plugin ? `plugin ${settings.plugin.name}` : policyLabel(settings.config.policy);
+    const { connections } = settings;
+    if (json) {
+      console.log(JSON.stringify({
+        event: "serving",
+        instances: fleet?.urls ?? [],
+        gateway: gateway ? { url: gateway.url, routing, upstreams } : null,
+        speed: settings.speed,
+        maxConnectionsPerServer: connections.perServer,
+      }));
+    } else {
+      if (gateway) {
+        console.log(
+          `gateway: ${gateway.url} (${routing}, approximate cache view, ${
+            plural(upstreams.length, "upstream")
+          })`,
+        );
+      }
       console.log(
-        `gateway: ${gateway.url} (${routing}, approximate cache view, ${upstreams.length} upstreams)`,
+        `serving at speed ${settings.speed}×; at most ${plural(connections.perServer, "connection")} per ` +
+          `server (${connections.what}); SIGTERM or Ctrl-C stops`,
       );
     }
-    const { connections } = settings;
-    console.log(
-      `serving at speed ${settings.speed}×; at most ${connections.perServer} connections per server ` +
-        `(${connections.what}); SIGTERM or Ctrl-C stops`,
-    );
-    await serveUntilSignal(fleet, gateway);
+    await serveUntilSignal(fleet, gateway, json);
+    lag?.stop();
     watchdog?.stop();
   });
 }

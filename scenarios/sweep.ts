@@ -8,10 +8,10 @@ import process from "node:process";
 import cliProgress from "cli-progress";
 import { join } from "node:path";
 import type { RunResult } from "../actors/simulation.ts";
-import { oneLine, parseFlags, pluginTimeoutMs, runCommand } from "./command_line.ts";
+import { oneLine, parseFlags, pluginTimeoutMs, runCommand } from "./scenario/command_line.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
-import { TraceFormatError } from "../actors/trace_reader.ts";
-import { readJsonFile } from "./scenario.ts";
+import { TraceFormatError } from "../actors/traces/trace_reader.ts";
+import { readJsonFile } from "./scenario/scenario.ts";
 import {
   checkRunCount,
   checkSweepInputs,
@@ -19,13 +19,13 @@ import {
   MAX_RUNS,
   parseSweep,
   type Sweep,
-} from "./sweep_spec.ts";
-import { outputDirectory, SWEEPS_DIR } from "./output_directory.ts";
-import type { OutputLock } from "./output_lock.ts";
-import { watchParent } from "./parent_watch.ts";
-import { type JournalHeader, journalHeader, shardPoints } from "./sweep_journal.ts";
-import { callerDirectory } from "./caller_directory.ts";
-import { loadRouterPlugin, type RouterPlugin } from "./router_plugin.ts";
+} from "./sweep_runner/sweep_spec.ts";
+import { outputDirectory, SWEEPS_DIR } from "./sweep_runner/output_directory.ts";
+import type { OutputLock } from "./sweep_runner/output_lock.ts";
+import { watchParent } from "./cli/parent_watch.ts";
+import { type JournalHeader, journalHeader, shardPoints } from "./sweep_runner/sweep_journal.ts";
+import { callerDirectory } from "./cli/caller_directory.ts";
+import { loadRouterPlugin, type RouterPlugin } from "./workers/router_plugin.ts";
 import {
   lockOutput,
   type OpenJournal,
@@ -34,9 +34,9 @@ import {
   type Shard,
   WHOLE,
   writeSweepOutputs,
-} from "./sweep_directory.ts";
-import { UsageError } from "./usage_error.ts";
-import { runOnWorkers } from "./worker_pool.ts";
+} from "./sweep_runner/sweep_directory.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { runOnWorkers } from "./workers/worker_pool.ts";
 
 const DEFAULT_SPEC = "scenarios/sweeps/default.json";
 const QUICK_SPEC = "scenarios/sweeps/quick.json";
@@ -52,7 +52,7 @@ const HELP = `Usage: deno task sweep [flags]
 Runs a sweep on a pool of Workers and writes, under --out:
 sweep_summary.csv, summary.txt, plots/*.png and report.html.
 
-  --spec FILE      sweep file (default ${DEFAULT_SPEC}; format in README)
+  --spec FILE      sweep file (default ${DEFAULT_SPEC}; format in scenarios/sweep_runner/README.md)
   --quick          the small preset ${QUICK_SPEC} (a corner of the default grid)
   --workers N      Worker threads, integer from 1 to 4 × cores (default: number of cores)
   --router FILE.ts add a router plugin as one more policy of the sweep
@@ -63,7 +63,8 @@ sweep_summary.csv, summary.txt, plots/*.png and report.html.
   --resume         finish an interrupted sweep (or shard): run only the points its journal lacks
   --fresh          discard the journal of an unfinished sweep and start over
   --out DIR        output directory inside results/ (default: the sweep file's home — results/ for
-                   default.json, results/NAME for NAME.json; results/plugin-NAME with --router NAME.ts).
+                   default.json, results/NAME for NAME.json; with --router P.ts, results/plugin-P for
+                   default.json and results/plugin-P-NAME for NAME.json).
                    The home of another committed sweep is refused
   -h, --help       show this help`;
 
@@ -406,6 +407,23 @@ async function writeResults(
         simulated.seconds.toFixed(1)
       } s simulating ${simulated.todo.length} runs, ${simulatedRate(simulated)}); wrote ${out}/`,
   );
+  const skipped = skippedLinesLine(sweep, results);
+  if (skipped !== undefined) console.error(skipped);
+}
+
+/**
+ * The line of a sweep whose traces are read with `skipInvalid`: how many
+ * malformed lines its runs skipped in all (0 included); undefined when none
+ * skips.
+ */
+function skippedLinesLine(sweep: Sweep, results: readonly RunResult[]): string | undefined {
+  const skipping = sweep.runs.filter((r) => r.config.workload.trace?.skipInvalid === true).length;
+  const skipped = results.reduce((a, r) => a + r.skippedInvalid, 0);
+  if (skipping === 0 && skipped === 0) return undefined;
+  return `sweep: skipped ${skipped} malformed trace line${
+    skipped === 1 ? "" : "s"
+  } in all, over the ${skipping} ` +
+    `run${skipping === 1 ? "" : "s"} reading a trace with skipInvalid`;
 }
 
 /** Runs the sweep `setup` describes, under its lock: resumes its journal, simulates, writes (or records a shard). */

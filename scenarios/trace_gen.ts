@@ -1,7 +1,7 @@
 /**
  * @module
  * `deno task trace-gen --out FILE`: writes a generated Mooncake trace
- * (actors/trace_generator.ts), streamed to a temporary file and renamed into
+ * (actors/traces/trace_generator.ts), streamed to a temporary file and renamed into
  * place, in constant memory whatever its length.
  */
 import { basename, dirname } from "node:path";
@@ -13,13 +13,13 @@ import {
   TRACE_GENERATOR_PARAMETERS,
   TraceGenerator,
   type TraceGeneratorOptions,
-} from "../actors/trace_generator.ts";
-import { writeChunksAtomic } from "./atomic_write.ts";
-import { formatSummary, traceChunks, TraceTally } from "./trace_file.ts";
-import { fromCaller } from "./caller_directory.ts";
-import { parseFlags, runCommand } from "./command_line.ts";
-import { assertInsideResults, makeDirectoryInside } from "./output_directory.ts";
-import { UsageError } from "./usage_error.ts";
+} from "../actors/traces/trace_generator.ts";
+import { writeChunksAtomic } from "./cli/atomic_write.ts";
+import { formatSummary, traceChunks, TraceTally } from "./scenario/trace_file.ts";
+import { fromCaller } from "./cli/caller_directory.ts";
+import { parseFlags, runCommand } from "./scenario/command_line.ts";
+import { assertInsideResults, makeDirectoryInside } from "./sweep_runner/output_directory.ts";
+import { UsageError } from "./cli/usage_error.ts";
 
 const OPTIONS = {
   out: { type: "string" },

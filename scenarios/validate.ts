@@ -4,8 +4,8 @@
  * through the gateway to real upstreams and through the simulator with the
  * calibrated engine, for each policy named, repeated; prints sim against
  * real per metric with the real runs' spread as the noise floor, and whether
- * the policies rank alike; writes JSON and plots. design.md, "Validating
- * against a real engine".
+ * the policies rank alike; writes JSON and plots. scenarios/wire/README.md,
+ * "`deno task validate`".
  */
 import { join } from "node:path";
 import * as Plot from "@observablehq/plot";
@@ -17,13 +17,13 @@ import {
   runCommand,
   SCENARIO_FLAGS_HELP,
   SCENARIO_OPTIONS,
-} from "./command_line.ts";
-import { writeFilesAtomic } from "./atomic_write.ts";
-import { toolOutputDirectory } from "./output_directory.ts";
+} from "./scenario/command_line.ts";
+import { writeFilesAtomic } from "./cli/atomic_write.ts";
+import { toolOutputDirectory } from "./sweep_runner/output_directory.ts";
 import { figure, plot, SERIES_COLORS } from "./report/chart.ts";
 import { toPng } from "./report/png.ts";
-import { UsageError } from "./usage_error.ts";
-import { systemWallTime } from "./wall_time.ts";
+import { UsageError } from "./cli/usage_error.ts";
+import { systemWallTime } from "./cli/wall_time.ts";
 import { DEFAULT_SCRAPE_MS } from "./wire/gateway.ts";
 import { formatValidation, validate, type Validation } from "./wire/validation.ts";
 

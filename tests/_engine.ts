@@ -4,7 +4,7 @@
  * prompt prefills in three 256-token steps (first token at 21.0 ms), and each
  * decode step takes 5.1 ms.
  */
-import type { BatchingInstanceOptions } from "../actors/batching_instance.ts";
+import type { BatchingInstanceOptions } from "../actors/instances/batching_instance.ts";
 
 export const SMALL_ENGINE: BatchingInstanceOptions = Object.freeze({
   stepMs: 5,

@@ -1,6 +1,6 @@
 /**
  * @module
- * The reference for actors/kv_block_cache.ts: the block-by-block KV cache the
+ * The reference for actors/kv_cache/kv_block_cache.ts: the block-by-block KV cache the
  * simulator used up to version 0.4 (one slot per 16-token block, one LRU entry
  * per block). The run-level cache must match it exactly — every hit, eviction
  * and preemption — and tests/kv_block_cache_test.ts checks that it does.

@@ -17,7 +17,7 @@ import type {
   RouterCommand,
   ServeCommand,
 } from "../actors/protocol.ts";
-import { Router, type RouterOptions } from "../actors/router.ts";
+import { Router, type RouterOptions } from "../actors/router/router.ts";
 import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import type { Received } from "./_recorder.ts";
 import { Recorder } from "./_recorder.ts";

@@ -6,7 +6,7 @@
 import { type Actor, type ActorRef, Kernel, type Message } from "../actors/runtime/kernel.ts";
 import { WallClock } from "../actors/runtime/wall_clock.ts";
 import { WorkerRuntime } from "../actors/runtime/worker_runtime.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 import * as factories from "./fixtures/contract_actors.ts";
 import { Recorder } from "./_recorder.ts";
 

@@ -6,7 +6,7 @@
 import type { SimulationConfig } from "../actors/topology.ts";
 import { type Gateway, type GatewayOptions, startGateway } from "../scenarios/wire/gateway.ts";
 import { type SimFleet, type SimFleetOptions, startSimFleet } from "../scenarios/wire/sim_server.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 
 /** `config`'s instances as HTTP servers on ephemeral loopback ports, model `sim`. */
 export function loopbackFleet(

@@ -1,9 +1,13 @@
 import { assert, assertAlmostEquals, assertEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { createArrivalProcess, expectedArrivals, OperationalTime } from "../actors/arrival_process.ts";
-import { sampleGamma } from "../actors/distributions.ts";
+import {
+  createArrivalProcess,
+  expectedArrivals,
+  OperationalTime,
+} from "../actors/workload/arrival_process.ts";
+import { sampleGamma } from "../actors/workload/distributions.ts";
 import type { Request, RouteCommand } from "../actors/protocol.ts";
-import { GROUP_KEY_STRIDE } from "../actors/prefix_keys.ts";
+import { GROUP_KEY_STRIDE } from "../actors/kv_cache/prefix_keys.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import {
@@ -11,7 +15,7 @@ import {
   type RateProfile,
   type WorkloadOptions,
   WorkloadSource,
-} from "../actors/workload_source.ts";
+} from "../actors/workload/workload_source.ts";
 import { Recorder } from "./_recorder.ts";
 
 const workload = (over: Partial<WorkloadOptions> = {}): WorkloadOptions => ({

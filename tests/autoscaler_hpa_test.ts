@@ -13,8 +13,13 @@ import {
   HPA_DOWNSCALE_STABILIZATION_MS,
   HPA_SYNC_PERIOD_MS,
   resolveBehavior,
-} from "../actors/autoscaler.ts";
-import type { AutoscaleBehavior, AutoscaleConfig, ScalingPolicy, SelectPolicy } from "../actors/faults.ts";
+} from "../actors/dynamics/autoscaler.ts";
+import type {
+  AutoscaleBehavior,
+  AutoscaleConfig,
+  ScalingPolicy,
+  SelectPolicy,
+} from "../actors/dynamics/faults.ts";
 import type {
   InstanceStatus,
   LifecycleCommand,
@@ -23,8 +28,8 @@ import type {
   SloWindow,
 } from "../actors/protocol.ts";
 import { type Actor, type ActorContext, type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import type { ScenarioInput } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import type { ScenarioInput } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 import { scenario } from "./_scenarios.ts";
 import { status } from "./_status.ts";
 
@@ -138,7 +143,7 @@ function countsAtSyncs(decisions: readonly ScalingDecision[], intervalMs: number
 }
 
 // ---------------------------------------------------------------------------------------------------
-// A reference model of the HPA, written from its rules rather than from actors/autoscaler.ts: the load
+// A reference model of the HPA, written from its rules rather than from actors/dynamics/autoscaler.ts: the load
 // is a whole number of requests, the target 1, so every ratio is a fraction of whole numbers and the
 // tolerance test is exact; the count at a policy period's start is read off the history of counts.
 

@@ -1,6 +1,6 @@
 import { assertEquals, assertThrows } from "@std/assert";
-import { Autoscaler, type AutoscalerMessage } from "../actors/autoscaler.ts";
-import type { AutoscaleConfig } from "../actors/faults.ts";
+import { Autoscaler, type AutoscalerMessage } from "../actors/dynamics/autoscaler.ts";
+import type { AutoscaleConfig } from "../actors/dynamics/faults.ts";
 import type {
   InstanceStatus,
   LifecycleCommand,

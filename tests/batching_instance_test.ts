@@ -1,7 +1,7 @@
 import { assert, assertAlmostEquals, assertEquals, assertGreater } from "@std/assert";
 import fc from "fast-check";
-import { BatchingInstance, type BatchingInstanceOptions } from "../actors/batching_instance.ts";
-import { ENGINE_PRESETS } from "../actors/engine_presets.ts";
+import { BatchingInstance, type BatchingInstanceOptions } from "../actors/instances/batching_instance.ts";
+import { ENGINE_PRESETS } from "../actors/instances/engine_presets.ts";
 import type { BatchingCommand, InstanceStatus, MetricsCommand, Request } from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
 import { simulate } from "../actors/simulation.ts";

@@ -15,7 +15,7 @@ import {
   fitCoefficients,
   fitLinear,
 } from "../scenarios/wire/calibration_fit.ts";
-import { kvAttentionWork } from "../actors/slot_instance.ts";
+import { kvAttentionWork } from "../actors/instances/slot_instance.ts";
 import { scenario } from "./_scenarios.ts";
 import { loopbackFleet } from "./_wire.ts";
 

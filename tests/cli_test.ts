@@ -1,7 +1,7 @@
 /** End-to-end tests of `deno task run`'s entry point, run as a subprocess. */
 import { assert, assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
 import { describeBounds, POLICIES } from "../actors/policies/mod.ts";
-import { parameterFlag } from "../scenarios/command_line.ts";
+import { parameterFlag } from "../scenarios/scenario/command_line.ts";
 import { runCli } from "./_cli.ts";
 
 const run = runCli;

@@ -6,12 +6,12 @@
  */
 import { assert, assertAlmostEquals, assertEquals, assertStringIncludes, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { ApproximateCacheView } from "../actors/cache_view.ts";
-import { ENGINE_PRESETS, kvBytesPerToken } from "../actors/engine_presets.ts";
-import { blockKeys } from "../actors/prefix_keys.ts";
+import { ApproximateCacheView } from "../actors/router/cache_view.ts";
+import { ENGINE_PRESETS, kvBytesPerToken } from "../actors/instances/engine_presets.ts";
+import { blockKeys } from "../actors/kv_cache/prefix_keys.ts";
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
-import { parseScenario, type ScenarioInput } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import { parseScenario, type ScenarioInput } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 import { runCli } from "./_cli.ts";
 
 /** A scenario of `prefill` + `decode` instances (batching, Qwen2.5-7B), with `extra` merged over it. */

@@ -1,11 +1,11 @@
 import { assert, assertEquals, assertStringIncludes, assertThrows } from "@std/assert";
 import { join } from "node:path";
-import { ENGINE_PRESETS } from "../actors/engine_presets.ts";
+import { ENGINE_PRESETS } from "../actors/instances/engine_presets.ts";
 import { simulate } from "../actors/simulation.ts";
-import { PRESET_FILE_KIND } from "../scenarios/engine_preset_file.ts";
-import { parseScenario, type ScenarioInput } from "../scenarios/scenario.ts";
-import { parseSweep } from "../scenarios/sweep_spec.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import { PRESET_FILE_KIND } from "../scenarios/scenario/engine_preset_file.ts";
+import { parseScenario, type ScenarioInput } from "../scenarios/scenario/scenario.ts";
+import { parseSweep } from "../scenarios/sweep_runner/sweep_spec.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 import { messageLine, realtimeCli, runCli, taskFrom } from "./_cli.ts";
 
 /** A llama-server preset as `deno task calibrate` writes one. */

@@ -1,15 +1,15 @@
 /**
- * Instances under faults (actors/faulty_instance.ts), the hooks the models
+ * Instances under faults (actors/dynamics/faulty_instance.ts), the hooks the models
  * give it (probes, per-replica finished counts, slowdown), and the fault
- * injector (actors/fault_injector.ts), each in a small kernel harness.
+ * injector (actors/dynamics/fault_injector.ts), each in a small kernel harness.
  */
 import { assert, assertAlmostEquals, assertEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { BatchingInstance, type BatchingInstanceOptions } from "../actors/batching_instance.ts";
-import { FaultInjector } from "../actors/fault_injector.ts";
-import type { Fault } from "../actors/faults.ts";
-import { FaultyInstance, type FaultyInstanceCommand } from "../actors/faulty_instance.ts";
-import type { ModelInstance } from "../actors/instance_model.ts";
+import { BatchingInstance, type BatchingInstanceOptions } from "../actors/instances/batching_instance.ts";
+import { FaultInjector } from "../actors/dynamics/fault_injector.ts";
+import type { Fault } from "../actors/dynamics/faults.ts";
+import { FaultyInstance, type FaultyInstanceCommand } from "../actors/dynamics/faulty_instance.ts";
+import type { ModelInstance } from "../actors/instances/instance_model.ts";
 import type {
   CompletionRecord,
   FaultCommand,
@@ -22,8 +22,8 @@ import type {
   ServeCommand,
 } from "../actors/protocol.ts";
 import { type ActorRef, Kernel, type Message } from "../actors/runtime/kernel.ts";
-import { EVENT_DRIVEN, type FifoInstanceOptions, ServingInstance } from "../actors/serving_instance.ts";
-import type { StatusReportingOptions } from "../actors/status_reporter.ts";
+import { type FifoInstanceOptions, ServingInstance } from "../actors/instances/serving_instance.ts";
+import { EVENT_DRIVEN, type StatusReportingOptions } from "../actors/instances/status_reporter.ts";
 import { SMALL_ENGINE } from "./_engine.ts";
 import { Recorder } from "./_recorder.ts";
 

@@ -6,9 +6,9 @@
  */
 import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
 import { messageLine, runScript } from "./_cli.ts";
-import { writeFilesAtomic } from "../scenarios/atomic_write.ts";
-import { fileSystemErrorMessage, withPath } from "../scenarios/file_system_error.ts";
-import { OutputLock } from "../scenarios/output_lock.ts";
+import { writeFilesAtomic } from "../scenarios/cli/atomic_write.ts";
+import { fileSystemErrorMessage, withPath } from "../scenarios/cli/file_system_error.ts";
+import { OutputLock } from "../scenarios/sweep_runner/output_lock.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 
@@ -266,7 +266,7 @@ Deno.test("the lock dies with its holder: after kill -9 it can be taken again", 
   await Deno.writeTextFile(
     holder,
     `import { OutputLock } from ${
-      JSON.stringify(new URL("../scenarios/output_lock.ts", import.meta.url).href)
+      JSON.stringify(new URL("../scenarios/sweep_runner/output_lock.ts", import.meta.url).href)
     };
 await OutputLock.acquire(${JSON.stringify(`${dir}/.sweep.lock`)}, "--out ${dir}", "holder");
 console.log("locked");

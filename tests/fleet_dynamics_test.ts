@@ -10,9 +10,9 @@ import fc from "fast-check";
 import type { AnyMessage } from "../actors/protocol.ts";
 import { simulateRealtime } from "../actors/realtime_simulation.ts";
 import { type RunResult, simulate } from "../actors/simulation.ts";
-import type { ScenarioInput } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import type { ScenarioInput } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 import { scenario } from "./_scenarios.ts";
 
 const KINDS = ["crash", "slow", "drain", "partition"] as const;

@@ -1,5 +1,5 @@
 /**
- * The router's fleet indexes (actors/fleet_index.ts) answer what a scan of
+ * The router's fleet indexes (actors/router/fleet_index.ts) answer what a scan of
  * the table answers: the sorted structures against a reference model, then
  * every built-in policy on an indexed table beside the same policy on a
  * scanned one, fed the same reports, routings and failures — the same choice
@@ -8,17 +8,17 @@
  */
 import { assert, assertEquals } from "@std/assert";
 import fc from "fast-check";
-import { createCacheView } from "../actors/cache_view.ts";
-import { FleetIndex, LoadBuckets, SortedIndices } from "../actors/fleet_index.ts";
+import { createCacheView } from "../actors/router/cache_view.ts";
+import { FleetIndex, LoadBuckets, SortedIndices } from "../actors/router/fleet_index.ts";
 import { createPolicy, POLICY_NAMES, type PolicyName, type RouterView } from "../actors/policies/mod.ts";
 import { leastLoaded } from "../actors/policies/_least_loaded.ts";
-import { GroupHolders, PrefixCache } from "../actors/prefix_cache.ts";
-import { GROUP_KEY_STRIDE } from "../actors/prefix_keys.ts";
+import { GroupHolders, PrefixCache } from "../actors/kv_cache/prefix_cache.ts";
+import { GROUP_KEY_STRIDE } from "../actors/kv_cache/prefix_keys.ts";
 import type { Request } from "../actors/protocol.ts";
-import { FLEET_INDEX_MIN_INSTANCES, InstanceTable } from "../actors/router.ts";
+import { FLEET_INDEX_MIN_INSTANCES, InstanceTable } from "../actors/router/router.ts";
 import { createRandomStream, type RandomStream } from "../actors/runtime/random_stream.ts";
 import { simulate } from "../actors/simulation.ts";
-import { parseScenario } from "../scenarios/scenario.ts";
+import { parseScenario } from "../scenarios/scenario/scenario.ts";
 import { status } from "./_status.ts";
 
 /** The members of `set`, sorted. */

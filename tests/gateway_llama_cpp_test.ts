@@ -282,11 +282,13 @@ Deno.test("the llamacpp: gauges are the load the router sees, and are re-exposed
 
 Deno.test("a live upstream whose /metrics is slower than the scrape timeout, again and again, keeps serving: no 502", async () => {
   // Every scrape takes 400 ms against a 100 ms timeout (as when a long prefill holds llama-server's main
-  // loop). A stream's events come 250 ms apart: from its first token to its end, 4 scrapes in a row fail
-  // and would drain the upstream were its bytes not a sign of life; a request sent then would find none.
+  // loop). A stream's events come 250 ms apart; 8 failed scrapes in a row (≈ 880 ms, 3.5 event gaps, so a
+  // loaded machine's late timers do not open a gap that long) would drain the upstream within the test's
+  // ≈ 2 s of scrapes that never answer, were the streams' bytes not a sign of life; a request sent then
+  // would find none.
   await withGateway({
     upstreams: [{ metricsDelayMs: 400, eventDelayMs: 250 }],
-    gateway: { scrapeMs: 10, scrapeTimeoutMs: 100, scrapeFailures: 4 },
+    gateway: { scrapeMs: 10, scrapeTimeoutMs: 100, scrapeFailures: 8 },
   }, async (gateway, [replay]) => {
     let drained = 0;
     const watch = setInterval(() => drained += gateway.snapshot().upstreams[0].healthy ? 0 : 1, 5);

@@ -1,7 +1,7 @@
 import { assertEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
 import * as hdr from "hdr-histogram-js";
-import { HdrHistogram } from "../actors/hdr_histogram.ts";
+import { HdrHistogram } from "../actors/metrics/hdr_histogram.ts";
 
 /** The metrics' histogram as it was built on hdr-histogram-js: the reference. */
 const reference = () =>

@@ -1,8 +1,8 @@
 import { assert, assertEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { HostKvTier } from "../actors/host_kv_tier.ts";
-import { KvBlockCache } from "../actors/kv_block_cache.ts";
-import { type BlockKeys, blockKeys } from "../actors/prefix_keys.ts";
+import { HostKvTier } from "../actors/kv_cache/host_kv_tier.ts";
+import { KvBlockCache } from "../actors/kv_cache/kv_block_cache.ts";
+import { type BlockKeys, blockKeys } from "../actors/kv_cache/prefix_keys.ts";
 import type { Request } from "../actors/protocol.ts";
 
 /** A request's keys: `runBlocks` blocks under each of `runKeys`, `count` in all (default: every run full). */

@@ -8,8 +8,13 @@
 import { assertEquals, assertMatch, assertStringIncludes } from "@std/assert";
 import { messageLine } from "./_cli.ts";
 import { join, resolve } from "node:path";
-import { homeOf, outputDirectory, RESULTS_DIR, SWEEPS_DIR } from "../scenarios/output_directory.ts";
-import { specHash } from "../scenarios/sweep_journal.ts";
+import {
+  homeOf,
+  outputDirectory,
+  RESULTS_DIR,
+  SWEEPS_DIR,
+} from "../scenarios/sweep_runner/output_directory.ts";
+import { specHash } from "../scenarios/sweep_runner/sweep_journal.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 /** The sweep's bound on --workers (scenarios/sweep.ts; importing it would load the PNG renderer). */

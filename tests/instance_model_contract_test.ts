@@ -1,16 +1,16 @@
 /**
  * The instance-model contract, run over every registered model
- * (actors/instance_models.ts): what the router, the metrics and the run rely
+ * (actors/instances/instance_models.ts): what the router, the metrics and the run rely
  * on, whatever the model. A new model passes this suite by being registered.
  */
 import { assert, assertEquals } from "@std/assert";
 import fc from "fast-check";
-import { ENGINE_PRESETS } from "../actors/engine_presets.ts";
-import type { InstancesConfig, ServingActor } from "../actors/instance_model.ts";
-import { MODELS } from "../actors/instance_models.ts";
+import { ENGINE_PRESETS } from "../actors/instances/engine_presets.ts";
+import type { InstancesConfig, ServingActor } from "../actors/instances/instance_model.ts";
+import { MODELS } from "../actors/instances/instance_models.ts";
 import type { InstanceStatus, MetricsCommand, Request } from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import { EVENT_DRIVEN } from "../actors/serving_instance.ts";
+import { EVENT_DRIVEN } from "../actors/instances/status_reporter.ts";
 import { Recorder } from "./_recorder.ts";
 
 /** A small fleet member of any model: a short queue, a small KV cache. */

@@ -1,7 +1,7 @@
 import { assert, assertEquals } from "@std/assert";
 import fc from "fast-check";
-import { KvBlockCache } from "../actors/kv_block_cache.ts";
-import { type BlockKeys, blockKeys } from "../actors/prefix_keys.ts";
+import { KvBlockCache } from "../actors/kv_cache/kv_block_cache.ts";
+import { type BlockKeys, blockKeys } from "../actors/kv_cache/prefix_keys.ts";
 import type { Request } from "../actors/protocol.ts";
 import { ReferenceKvBlockCache } from "./_reference_kv_block_cache.ts";
 

@@ -1,5 +1,9 @@
 import { assertAlmostEquals, assertEquals } from "@std/assert";
-import { coefficientOfVariation, MetricsCollector, rangeOverMean } from "../actors/metrics_collector.ts";
+import {
+  coefficientOfVariation,
+  MetricsCollector,
+  rangeOverMean,
+} from "../actors/metrics/metrics_collector.ts";
 import type { CompletionRecord, MetricsCommand } from "../actors/protocol.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { record } from "./_records.ts";

@@ -1,5 +1,5 @@
 import { assertAlmostEquals, assertEquals } from "@std/assert";
-import type { Fault } from "../actors/faults.ts";
+import type { Fault } from "../actors/dynamics/faults.ts";
 import {
   MetricsCollector,
   type MetricsOptions,
@@ -8,7 +8,7 @@ import {
   RECOVERY_TOLERANCE,
   RECOVERY_WINDOW_MS,
   recoveryTimes,
-} from "../actors/metrics_collector.ts";
+} from "../actors/metrics/metrics_collector.ts";
 import type { MetricsCommand, SloWindow } from "../actors/protocol.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { Recorder } from "./_recorder.ts";

@@ -12,7 +12,7 @@ import type { RunResult } from "../actors/simulation.ts";
 import { formatComparison } from "../scenarios/report/comparison.ts";
 import { formatStudy } from "../scenarios/report/original_study.ts";
 import { analyse, isOperational } from "../scenarios/report/study_findings.ts";
-import { parseSweep } from "../scenarios/sweep_spec.ts";
+import { parseSweep } from "../scenarios/sweep_runner/sweep_spec.ts";
 import { summarise, type SummaryRow, toCsv } from "../scenarios/report/sweep_summary.ts";
 import { scenario } from "./_scenarios.ts";
 

@@ -1,6 +1,6 @@
 import { assertEquals } from "@std/assert";
 import fc from "fast-check";
-import { NumberTable } from "../actors/number_table.ts";
+import { NumberTable } from "../actors/kv_cache/number_table.ts";
 
 Deno.test("NumberTable behaves as a Map under any sequence of sets and deletes (property)", () => {
   const key = fc.oneof(

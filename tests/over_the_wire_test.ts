@@ -5,11 +5,12 @@
  */
 import { assert, assertEquals } from "@std/assert";
 import { runLoad } from "../scenarios/wire/load_generator.ts";
-import { runScenario } from "../scenarios/run_scenario.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import { runScenario } from "../scenarios/workers/run_scenario.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 import type { SimulationConfig } from "../actors/topology.ts";
 import { scenario } from "./_scenarios.ts";
 import { loopbackFleet, loopbackGateway } from "./_wire.ts";
+import { transportMs } from "./_transport.ts";
 
 /**
  * 300 requests at 25/s of simulated time over 4 batching instances (a 70B
@@ -50,6 +51,8 @@ Deno.test("gateway + 4 simulated instances + load generator agree with deno task
   const config = wireScenario();
   // Real time: the HTTP hops (≈ 3 ms of wall time each way) count once, not twice.
   const speed = 1;
+  // What the path itself adds on this machine now, measured before and after (no absolute allowance).
+  const transport = [await transportMs(config)];
   const { fleet, gateway, fatal } = await fleetAndGateway(config, speed);
   try {
     const wire = await runLoad({
@@ -71,8 +74,14 @@ Deno.test("gateway + 4 simulated instances + load generator agree with deno task
     assertEquals(fatal, []);
     const hitGap = Math.abs(wire.tokenHitRate! - sim.tokenHitRate!);
     assert(hitGap <= 0.03, `token hit rate ${wire.tokenHitRate} over the wire, ${sim.tokenHitRate} in run`);
-    const ttftGap = Math.abs(wire.ttftMeanMs! - sim.ttftMeanMs!) / sim.ttftMeanMs!;
-    assert(ttftGap <= 0.15, `mean TTFT ${wire.ttftMeanMs} ms over the wire, ${sim.ttftMeanMs} ms in run`);
+    transport.push(await transportMs(config));
+    // The wire may add the path's measured cost to the simulator's TTFT, and differ by 10% beside it.
+    const excess = wire.ttftMeanMs! - sim.ttftMeanMs!, slack = 0.1 * sim.ttftMeanMs!;
+    assert(
+      excess >= -slack && excess <= slack + Math.max(...transport),
+      `mean TTFT ${wire.ttftMeanMs} ms over the wire, ${sim.ttftMeanMs} ms in run; ` +
+        `the path alone costs ${transport.map((t) => t.toFixed(1)).join(" then ")} ms`,
+    );
   } finally {
     await gateway.close(1000);
     await fleet.close(1000);

@@ -10,11 +10,11 @@
 import { assert, assertEquals, assertMatch, assertRejects, assertStringIncludes } from "@std/assert";
 import { simulateRealtime } from "../actors/realtime_simulation.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
-import { osResourceMessage } from "../scenarios/command_line.ts";
-import { checkPluginImports, pluginImportRules } from "../scenarios/plugin_imports.ts";
-import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import { osResourceMessage } from "../scenarios/scenario/command_line.ts";
+import { checkPluginImports, pluginImportRules } from "../scenarios/workers/plugin_imports.ts";
+import { loadRouterPlugin } from "../scenarios/workers/router_plugin.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 import { type CliOutput, inParallel, messageLine } from "./_cli.ts";
 import { scenario } from "./_scenarios.ts";
 
@@ -23,11 +23,20 @@ const HOSTILE = "tests/fixtures/hostile";
 
 type Mode = "run" | "realtime" | "sweep";
 
-/** `deno run` of a command as its task runs it (reads only; a sweep writes to `out`), plugin timeout 1 s. */
+/**
+ * The plugin timeout of a case whose plugin breaks a rule other than the timeout, wall ms: the
+ * default, 5 s. Loading a plugin, a Worker's start or filling its memory budget can take over a
+ * second while other tests load the machine, and the watchdog would then answer first with a
+ * plugin_timeout line. The case still fails if the rule is not enforced: the run exits 0, or hangs
+ * until this timeout and ends with a plugin_timeout line, not the rule's.
+ */
+const RULE_TIMEOUT_MS = 5000;
+
+/** `deno run` of a command as its task runs it (reads only; a sweep writes to `out`), plugin timeout `timeoutMs`. */
 async function command(
   mode: Mode,
   plugin: string,
-  options: { env?: Record<string, string>; out?: string } = {},
+  options: { env?: Record<string, string>; out?: string; timeoutMs?: number } = {},
 ): Promise<CliOutput> {
   const permissions = mode === "sweep"
     ? ["--allow-read", `--allow-write=${options.out}`, "--allow-ffi", "--allow-sys"]
@@ -50,7 +59,7 @@ async function command(
       "--router",
       plugin.includes("/") ? plugin : `${HOSTILE}/${plugin}`,
       "--plugin-timeout-ms",
-      "1000",
+      `${options.timeoutMs ?? RULE_TIMEOUT_MS}`,
     ],
     cwd: ROOT,
     env: options.env,
@@ -296,10 +305,12 @@ Deno.test("the plugin watchdog ends the process in one line even when its main t
 
 Deno.test("a plugin's Worker that cannot be stopped does not keep a finished command alive", async (t) => {
   // Endless promise callbacks from the first decision: the run finishes, its Worker never does.
+  // A plugin timeout of 1 s: the Worker that never answers again is the case, found at the timeout.
+  const timeoutMs = 1000;
   const [run, realtime, spinning] = await inParallel([
-    () => command("run", "microtask_flood.ts"),
-    () => command("realtime", "microtask_flood.ts"),
-    () => command("run", "spin_outside_choose.ts"),
+    () => command("run", "microtask_flood.ts", { timeoutMs }),
+    () => command("realtime", "microtask_flood.ts", { timeoutMs }),
+    () => command("run", "spin_outside_choose.ts", { timeoutMs }),
   ], 3);
   await t.step("run prints its report and exits 0", () => {
     assertEquals(run.code, 0, run.stderr);

@@ -1,11 +1,11 @@
 /** The plugin sandbox: the import-graph check, and runs inside the sandboxed Worker. */
 import { assert, assertEquals, assertRejects } from "@std/assert";
 import { simulate } from "../actors/simulation.ts";
-import { checkPluginImports, findImports, pluginImportRules } from "../scenarios/plugin_imports.ts";
-import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
-import { runPluginScenario } from "../scenarios/run_scenario.ts";
-import { parseScenario } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import { checkPluginImports, findImports, pluginImportRules } from "../scenarios/workers/plugin_imports.ts";
+import { loadRouterPlugin } from "../scenarios/workers/router_plugin.ts";
+import { runPluginScenario } from "../scenarios/workers/run_scenario.ts";
+import { parseScenario } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 

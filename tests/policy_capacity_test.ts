@@ -7,10 +7,10 @@
  */
 import { assert, assertEquals, assertLess } from "@std/assert";
 import fc from "fast-check";
-import type { CacheView } from "../actors/cache_view.ts";
+import type { CacheView } from "../actors/router/cache_view.ts";
 import { createPolicy, POLICIES, policyLabel, type PolicySpec } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable, type InstanceTableOptions } from "../actors/router.ts";
+import { InstanceTable, type InstanceTableOptions } from "../actors/router/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { status } from "./_status.ts";
 

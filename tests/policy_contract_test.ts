@@ -9,7 +9,7 @@ import {
   type RoutingPolicy,
 } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable } from "../actors/router.ts";
+import { InstanceTable } from "../actors/router/router.ts";
 import { status } from "./_status.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import examplePlugin from "../scenarios/plugins/cache_with_slack.ts";

@@ -7,7 +7,7 @@
  */
 import { assert, assertEquals, assertNotEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { ExactCacheView } from "../actors/cache_view.ts";
+import { ExactCacheView } from "../actors/router/cache_view.ts";
 import {
   createPolicy,
   inBounds,
@@ -18,7 +18,7 @@ import {
   type PolicySpec,
 } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable } from "../actors/router.ts";
+import { InstanceTable } from "../actors/router/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { simulate, type SimulationConfig } from "../actors/simulation.ts";
 import {
@@ -26,10 +26,10 @@ import {
   PARAMETER_FLAGS,
   parameterFlag,
   SCENARIO_OPTIONS,
-} from "../scenarios/command_line.ts";
-import { POLICY_TABLE_MARKERS, policyTableSection } from "../scenarios/policy_docs.ts";
-import { parseScenario } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+} from "../scenarios/scenario/command_line.ts";
+import { POLICY_TABLE_MARKERS, policyTableSection } from "../scenarios/docs/policy_docs.ts";
+import { parseScenario } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 import { scenario } from "./_scenarios.ts";
 import { status } from "./_status.ts";
 
@@ -248,7 +248,7 @@ Deno.test("each parameter has a kebab-case flag that collides with no other flag
   );
   const others = new Set([
     ...Object.keys(NUMERIC_FLAGS),
-    ...await literalOptions("scenarios/command_line.ts"),
+    ...await literalOptions("scenarios/scenario/command_line.ts"),
     ...await literalOptions("scenarios/run.ts"),
     ...await literalOptions("scenarios/realtime.ts"),
   ]);
@@ -312,22 +312,22 @@ Deno.test("declared reads suffice: each built-in policy routes exactly as it doe
 
 // ---- Docs ------------------------------------------------------------------------
 
-Deno.test("README's policy table is the one rendered from the registry", async () => {
-  const readme = await Deno.readTextFile(new URL("README.md", ROOT));
-  const begin = readme.indexOf(POLICY_TABLE_MARKERS.begin), end = readme.indexOf(POLICY_TABLE_MARKERS.end);
-  assert(begin >= 0 && end > begin, "README has no policy table markers");
+Deno.test("actors/policies/README.md's policy table is the one rendered from the registry", async () => {
+  const page = await Deno.readTextFile(new URL("actors/policies/README.md", ROOT));
+  const begin = page.indexOf(POLICY_TABLE_MARKERS.begin), end = page.indexOf(POLICY_TABLE_MARKERS.end);
+  assert(begin >= 0 && end > begin, "actors/policies/README.md has no policy table markers");
   const expected = policyTableSection();
-  const actual = readme.slice(begin, end + POLICY_TABLE_MARKERS.end.length);
+  const actual = page.slice(begin, end + POLICY_TABLE_MARKERS.end.length);
   assert(
     actual === expected,
-    `README's policy table is stale; replace it with (deno run scenarios/policy_docs.ts):\n${expected}`,
+    `actors/policies/README.md's policy table is stale; replace it with (deno run scenarios/docs/policy_docs.ts):\n${expected}`,
   );
 });
 
-Deno.test("README's scenario-field rows for policy.* defer to the generated table and name no parameter the registry lacks", async () => {
-  const readme = await Deno.readTextFile(new URL("README.md", ROOT));
-  const rows = readme.split("\n").filter((line) => line.startsWith("| `policy."));
-  assert(rows.length > 0, "no policy.* rows in README's scenario-field table");
+Deno.test("scenarios/README.md's scenario-field rows for policy.* defer to the generated table and name no parameter the registry lacks", async () => {
+  const page = await Deno.readTextFile(new URL("scenarios/README.md", ROOT));
+  const rows = page.split("\n").filter((line) => line.startsWith("| `policy."));
+  assert(rows.length > 0, "no policy.* rows in scenarios/README.md's scenario-field table");
   const named = new Set(
     rows.flatMap((row) => [...row.matchAll(/`([^`]+)`/g)].map((m) => m[1].replace(/^policy\./, ""))),
   );
@@ -337,7 +337,7 @@ Deno.test("README's scenario-field rows for policy.* defer to the generated tabl
   assertEquals([...named].filter((p) => !known.has(p)), []);
   const row = rows.find((r) => r.includes("policy.<parameter>"))!;
   assert(
-    row.includes("(#routing-policies)"),
+    row.includes("(../actors/policies/README.md#the-built-in-policies)"),
     "the policy.<parameter> row does not point to the policy table",
   );
 });

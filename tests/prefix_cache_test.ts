@@ -6,7 +6,7 @@
 import { assertEquals } from "@std/assert";
 import fc from "fast-check";
 import { LRUMap } from "mnemonist";
-import { NO_EVICTION, PrefixCache } from "../actors/prefix_cache.ts";
+import { NO_EVICTION, PrefixCache } from "../actors/kv_cache/prefix_cache.ts";
 
 /** The reference: PrefixCache's rules written directly on an LRU map. */
 class ReferenceCache {

@@ -6,12 +6,12 @@
  */
 import { assert, assertEquals, assertGreater } from "@std/assert";
 import fc from "fast-check";
-import type { CacheView } from "../actors/cache_view.ts";
+import type { CacheView } from "../actors/router/cache_view.ts";
 import { createPolicy, policyLabel, type PolicySpec, type RouterView } from "../actors/policies/mod.ts";
 import { leastLoaded } from "../actors/policies/_least_loaded.ts";
 import { pickBy } from "../actors/policies/_pick.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable } from "../actors/router.ts";
+import { InstanceTable } from "../actors/router/router.ts";
 import { createRandomStream, type RandomStream } from "../actors/runtime/random_stream.ts";
 import { simulate } from "../actors/simulation.ts";
 import { scenario } from "./_scenarios.ts";

@@ -1,9 +1,9 @@
 /** The production routers' rules at their edges (REFERENCE §2). */
 import { assert, assertEquals, assertGreater, assertLess } from "@std/assert";
-import { ExactCacheView } from "../actors/cache_view.ts";
+import { ExactCacheView } from "../actors/router/cache_view.ts";
 import { createPolicy, policyDescriptor, type PolicySpec } from "../actors/policies/mod.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable } from "../actors/router.ts";
+import { InstanceTable } from "../actors/router/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { status } from "./_status.ts";
 

@@ -4,15 +4,15 @@
  * from the real algorithms, on tiny hand-built cases.
  */
 import { assert, assertEquals } from "@std/assert";
-import { ApproximateCacheView, type CacheView, createCacheView } from "../actors/cache_view.ts";
+import { ApproximateCacheView, type CacheView, createCacheView } from "../actors/router/cache_view.ts";
 import { createPolicy, POLICIES, type PolicySpec } from "../actors/policies/mod.ts";
 import { CHARS_PER_TOKEN } from "../actors/policies/real_view.ts";
-import { blockKeys, GROUP_KEY_STRIDE } from "../actors/prefix_keys.ts";
+import { blockKeys, GROUP_KEY_STRIDE } from "../actors/kv_cache/prefix_keys.ts";
 import type { Request } from "../actors/protocol.ts";
-import { InstanceTable, type Router } from "../actors/router.ts";
+import { InstanceTable, type Router } from "../actors/router/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { simulate } from "../actors/simulation.ts";
-import { parseScenario } from "../scenarios/scenario.ts";
+import { parseScenario } from "../scenarios/scenario/scenario.ts";
 import { status } from "./_status.ts";
 
 const B = 16;

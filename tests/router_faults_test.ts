@@ -1,5 +1,5 @@
 import { assert, assertEquals, assertThrows } from "@std/assert";
-import { ApproximateCacheView, ExactCacheView } from "../actors/cache_view.ts";
+import { ApproximateCacheView, ExactCacheView } from "../actors/router/cache_view.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import type { MetricsCommand, RequestFailed, RouterCommand, ServeCommand } from "../actors/protocol.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";

@@ -1,10 +1,10 @@
 import { assert, assertEquals, assertNotEquals, assertThrows } from "@std/assert";
 import fc from "fast-check";
-import { ApproximateCacheView, ExactCacheView } from "../actors/cache_view.ts";
+import { ApproximateCacheView, ExactCacheView } from "../actors/router/cache_view.ts";
 import { createPolicy } from "../actors/policies/mod.ts";
 import type { PolicySpec } from "../actors/policies/mod.ts";
 import type { PrefilledCommand, RouterCommand } from "../actors/protocol.ts";
-import { type RouterOptions, sessionReplica } from "../actors/router.ts";
+import { type RouterOptions, sessionReplica } from "../actors/router/router.ts";
 import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { arrive, request, type RouterFleet, routerFleet, serves } from "./_router_fleet.ts";
 import { status } from "./_status.ts";

@@ -2,7 +2,7 @@ import { assertEquals, assertThrows } from "@std/assert";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import { createPolicy } from "../actors/policies/mod.ts";
 import type { Request, RouterCommand, ServeCommand } from "../actors/protocol.ts";
-import { Router } from "../actors/router.ts";
+import { Router } from "../actors/router/router.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { Recorder } from "./_recorder.ts";

@@ -1,11 +1,11 @@
 /** What the router sees: stale status, delayed reports, exact and approximate cache views. */
 import { assert, assertEquals, assertGreater, assertLess } from "@std/assert";
-import { ApproximateCacheView, ExactCacheView } from "../actors/cache_view.ts";
+import { ApproximateCacheView, ExactCacheView } from "../actors/router/cache_view.ts";
 import type { InstanceStatus, MetricsCommand, Request } from "../actors/protocol.ts";
-import { blockKeys } from "../actors/prefix_keys.ts";
+import { blockKeys } from "../actors/kv_cache/prefix_keys.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import { ServingInstance } from "../actors/serving_instance.ts";
-import { BatchingInstance } from "../actors/batching_instance.ts";
+import { ServingInstance } from "../actors/instances/serving_instance.ts";
+import { BatchingInstance } from "../actors/instances/batching_instance.ts";
 import { simulate } from "../actors/simulation.ts";
 import { Recorder } from "./_recorder.ts";
 import { scenario } from "./_scenarios.ts";

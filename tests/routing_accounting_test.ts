@@ -4,14 +4,14 @@
  * the run metrics folded from it.
  */
 import { assert, assertAlmostEquals, assertEquals, assertGreater } from "@std/assert";
-import type { CacheView } from "../actors/cache_view.ts";
+import type { CacheView } from "../actors/router/cache_view.ts";
 import { createPolicy, type PolicySpec } from "../actors/policies/mod.ts";
 import type { RoutingPolicy } from "../actors/policies/policy.ts";
 import type { AnyMessage, Request, RouterCommand, RoutingNote, ServeCommand } from "../actors/protocol.ts";
-import { Router, type RouterOptions } from "../actors/router.ts";
+import { Router, type RouterOptions } from "../actors/router/router.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
-import type { ScenarioInput } from "../scenarios/scenario.ts";
+import type { ScenarioInput } from "../scenarios/scenario/scenario.ts";
 import { Recorder } from "./_recorder.ts";
 import { scenario } from "./_scenarios.ts";
 

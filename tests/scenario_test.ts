@@ -1,6 +1,6 @@
 import { assertEquals, assertThrows } from "@std/assert";
-import { deepMerge, parseScenario } from "../scenarios/scenario.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import { deepMerge, parseScenario } from "../scenarios/scenario/scenario.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 
 Deno.test("an empty scenario gets every documented default", () => {
   const c = parseScenario({});

@@ -7,7 +7,7 @@ import type {
   RoutingNote,
 } from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import { type FifoInstanceOptions, ServingInstance } from "../actors/serving_instance.ts";
+import { type FifoInstanceOptions, ServingInstance } from "../actors/instances/serving_instance.ts";
 import { Recorder } from "./_recorder.ts";
 import { status } from "./_status.ts";
 

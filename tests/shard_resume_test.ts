@@ -1,7 +1,7 @@
 /** Sweeps across shards and across crashes give the single run's bytes. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { SIMULATOR_VERSION } from "../actors/version.ts";
-import { OutputLock } from "../scenarios/output_lock.ts";
+import { OutputLock } from "../scenarios/sweep_runner/output_lock.ts";
 import { messageLine, runScript, taskFrom } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;

@@ -13,10 +13,10 @@ import {
   assertLess,
   assertStringIncludes,
 } from "@std/assert";
-import { MetricsCollector } from "../actors/metrics_collector.ts";
-import { PriorityFifo } from "../actors/priority_fifo.ts";
+import { MetricsCollector } from "../actors/metrics/metrics_collector.ts";
+import { PriorityFifo } from "../actors/instances/priority_fifo.ts";
 import type { AnyMessage, CompletionRecord, MetricsCommand, Request } from "../actors/protocol.ts";
-import type { RequestClass } from "../actors/request_classes.ts";
+import type { RequestClass } from "../actors/workload/request_classes.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
 import { type RunResult, simulate, type SimulationConfig } from "../actors/simulation.ts";
 import { runCli } from "./_cli.ts";

@@ -1,9 +1,9 @@
 import { assert, assertAlmostEquals, assertEquals, assertThrows } from "@std/assert";
-import { GROUP_KEY_STRIDE } from "../actors/prefix_keys.ts";
+import { GROUP_KEY_STRIDE } from "../actors/kv_cache/prefix_keys.ts";
 import type { InstanceStatus, MetricsCommand, Request, SlotCommand } from "../actors/protocol.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import { EVENT_DRIVEN } from "../actors/serving_instance.ts";
-import { SlotInstance, type SlotInstanceOptions } from "../actors/slot_instance.ts";
+import { EVENT_DRIVEN } from "../actors/instances/status_reporter.ts";
+import { SlotInstance, type SlotInstanceOptions } from "../actors/instances/slot_instance.ts";
 import { Recorder } from "./_recorder.ts";
 import { SMALL_ENGINE } from "./_engine.ts";
 
@@ -58,7 +58,7 @@ function setup(over: Partial<SlotInstanceOptions> = {}, blockEvents = false) {
   return { kernel, router, metrics, instance, serve, done };
 }
 
-/** The run key of a group's implicit chain (actors/prefix_keys.ts). */
+/** The run key of a group's implicit chain (actors/kv_cache/prefix_keys.ts). */
 const groupKey = (group: number) => (group + 1) * GROUP_KEY_STRIDE;
 
 Deno.test("slots: a lone prompt fills n_batch-token steps, then decodes one token a step (exact step times)", () => {

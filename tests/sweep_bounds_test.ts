@@ -1,7 +1,7 @@
 /** A sweep's size is bounded: `deno task sweep` and `merge` refuse a grid too large before expanding it. */
 import { assertEquals, assertStringIncludes } from "@std/assert";
 import { type CliOutput, messageLine, runDeno, runScript } from "./_cli.ts";
-import { MAX_RUNS } from "../scenarios/sweep_spec.ts";
+import { MAX_RUNS } from "../scenarios/sweep_runner/sweep_spec.ts";
 
 /**
  * The red team's grid, 1.1 × 10^8 runs: 100 × 100 × 100 × 11 points, one policy, ten seeds.

@@ -1,6 +1,6 @@
 /** `deno task sweep` as a user runs it: bad input, and Ctrl-C mid-sweep. */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
-import { readJournal } from "../scenarios/sweep_journal.ts";
+import { readJournal } from "../scenarios/sweep_runner/sweep_journal.ts";
 import { interruptWhenSeen } from "./_interrupt.ts";
 import { taskFrom } from "./_cli.ts";
 

@@ -1,9 +1,9 @@
 import { assert, assertEquals, assertThrows } from "@std/assert";
-import { variantParameter } from "../scenarios/policy_variants.ts";
+import { variantParameter } from "../scenarios/scenario/policy_variants.ts";
 import { REPORT_NAMES } from "../scenarios/report/sections.ts";
 import { policyCell } from "../scenarios/report/sweep_summary.ts";
-import { countRuns, MAX_RUNS, parseSweep } from "../scenarios/sweep_spec.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+import { countRuns, MAX_RUNS, parseSweep } from "../scenarios/sweep_runner/sweep_spec.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 
 const valid = {
   axes: { "workload.ratePerSec": [10, 20], "instances.count": [2, 4, 8] },

@@ -4,9 +4,9 @@
  */
 import { assert, assertEquals, assertStringIncludes } from "@std/assert";
 import { parse } from "@std/csv";
-import { parseSweep } from "../scenarios/sweep_spec.ts";
+import { parseSweep } from "../scenarios/sweep_runner/sweep_spec.ts";
 import { summarise, toCsv } from "../scenarios/report/sweep_summary.ts";
-import { runOnWorkers } from "../scenarios/worker_pool.ts";
+import { runOnWorkers } from "../scenarios/workers/worker_pool.ts";
 import { sweepReport } from "../scenarios/report/sweep_report.ts";
 import { REPORT_SECTIONS } from "../scenarios/report/sections.ts";
 

@@ -5,8 +5,8 @@
  */
 import { assert, assertEquals, assertMatch, assertNotEquals, assertStringIncludes } from "@std/assert";
 import { simulate } from "../actors/simulation.ts";
-import { TRACE_GENERATOR_DEFAULTS, TRACE_GENERATOR_PARAMETERS } from "../actors/trace_generator.ts";
-import { parseScenario } from "../scenarios/scenario.ts";
+import { TRACE_GENERATOR_DEFAULTS, TRACE_GENERATOR_PARAMETERS } from "../actors/traces/trace_generator.ts";
+import { parseScenario } from "../scenarios/scenario/scenario.ts";
 import { generatorOptionsFromFlags } from "../scenarios/trace_gen.ts";
 import { messageLine, runScript, taskFrom } from "./_cli.ts";
 

@@ -11,10 +11,10 @@ import {
   TRACE_GENERATOR_DEFAULTS,
   TraceGenerator,
   type TraceGeneratorOptions,
-} from "../actors/trace_generator.ts";
-import { GeneratedTraceReader } from "../actors/generated_trace_reader.ts";
-import { MOONCAKE_BLOCK_TOKENS, TraceReader, type TraceRequest } from "../actors/trace_reader.ts";
-import { traceChunks, TraceTally } from "../scenarios/trace_file.ts";
+} from "../actors/traces/trace_generator.ts";
+import { GeneratedTraceReader } from "../actors/traces/generated_trace_reader.ts";
+import { MOONCAKE_BLOCK_TOKENS, TraceReader, type TraceRequest } from "../actors/traces/trace_reader.ts";
+import { traceChunks, TraceTally } from "../scenarios/scenario/trace_file.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const B = MOONCAKE_BLOCK_TOKENS;

@@ -14,10 +14,10 @@ import {
   TraceFormatError,
   TraceReader,
   type TraceRequest,
-} from "../actors/trace_reader.ts";
-import { TRACE_GENERATOR_DEFAULTS, TraceGenerator } from "../actors/trace_generator.ts";
-import { traceChunks, TraceTally } from "../scenarios/trace_file.ts";
-import { UsageError } from "../scenarios/usage_error.ts";
+} from "../actors/traces/trace_reader.ts";
+import { TRACE_GENERATOR_DEFAULTS, TraceGenerator } from "../actors/traces/trace_generator.ts";
+import { traceChunks, TraceTally } from "../scenarios/scenario/trace_file.ts";
+import { UsageError } from "../scenarios/cli/usage_error.ts";
 import { messageLine, runCli } from "./_cli.ts";
 import { scenario } from "./_scenarios.ts";
 
@@ -203,7 +203,7 @@ Deno.test("a null line exits 2 with one line naming file:line, and --skip-invali
     );
     const skipped = await runCli("--trace", path, "--model", "batching", "--skip-invalid");
     assertEquals(skipped.code, 0, skipped.stderr);
-    assertMatch(skipped.stdout, /requests +2 +completed 2 .*\(skipped 1 malformed trace lines\)/);
+    assertMatch(skipped.stdout, /requests +2 +completed 2 .*\(skipped 1 malformed trace line\)/);
   });
 });
 

@@ -1,6 +1,6 @@
 import { assert, assertAlmostEquals, assertEquals, assertThrows } from "@std/assert";
 import { simulate } from "../actors/simulation.ts";
-import { TraceFormatError, TraceReader } from "../actors/trace_reader.ts";
+import { TraceFormatError, TraceReader } from "../actors/traces/trace_reader.ts";
 import { scenario } from "./_scenarios.ts";
 
 const fixture = (name: string) => new URL(`./fixtures/${name}`, import.meta.url).pathname;

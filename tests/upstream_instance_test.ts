@@ -1,16 +1,16 @@
 /**
- * The gateway's stand-in for an upstream (actors/upstream_instance.ts) and
- * its metrics actor (actors/gateway_metrics.ts), in a virtual kernel with a
+ * The gateway's stand-in for an upstream (actors/instances/upstream_instance.ts) and
+ * its metrics actor (actors/metrics/gateway_metrics.ts), in a virtual kernel with a
  * fake host — alone, and behind the real router with its retries and TTL.
  */
 import { assert, assertEquals } from "@std/assert";
-import { GatewayMetrics, type GatewayMetricsCommand } from "../actors/gateway_metrics.ts";
-import type { FailedReason } from "../actors/metrics_collector.ts";
+import { GatewayMetrics, type GatewayMetricsCommand } from "../actors/metrics/gateway_metrics.ts";
+import type { FailedReason } from "../actors/metrics/metrics_collector.ts";
 import { createPolicy } from "../actors/policies/mod.ts";
 import type { InstanceStatus, Request, RouterCommand, ServeCommand } from "../actors/protocol.ts";
-import { Router } from "../actors/router.ts";
+import { Router } from "../actors/router/router.ts";
 import { type ActorRef, Kernel } from "../actors/runtime/kernel.ts";
-import { type UpstreamCommand, UpstreamInstance } from "../actors/upstream_instance.ts";
+import { type UpstreamCommand, UpstreamInstance } from "../actors/instances/upstream_instance.ts";
 import { Recorder } from "./_recorder.ts";
 
 /** A host that records what it is asked to forward. */

@@ -326,10 +326,21 @@ Deno.test("readJsonBody: a body that stalls is a 408 after the timeout, and its 
     },
   });
   const request = new Request("http://127.0.0.1/v1/completions", { method: "POST", body });
+  const timeoutMs = 50;
   const started = performance.now();
-  const error = await readJsonBody(request, 1 << 20, { timeoutMs: 50 }).then(() => undefined, (e) => e);
+  // A bare timer of the same length, started with it: how late a 50 ms timer fires on this machine now.
+  const timerFired = new Promise<number>((resolve) =>
+    setTimeout(() => resolve(performance.now()), timeoutMs)
+  );
+  const error = await readJsonBody(request, 1 << 20, { timeoutMs }).then(() => undefined, (e) => e);
+  const tookMs = performance.now() - started;
+  const timerMs = await timerFired - started;
   assert(error instanceof OpenAIError, String(error));
   assertEquals(error.status, 408);
-  assert(performance.now() - started < 1000);
+  // After the timeout, and no later than twice what the same timer took in this run.
+  assert(
+    tookMs >= timeoutMs - 1 && tookMs < 2 * timerMs,
+    `408 after ${tookMs.toFixed(1)} ms; a ${timeoutMs} ms timer took ${timerMs.toFixed(1)} ms`,
+  );
   assert(cancelled);
 });

@@ -1,6 +1,6 @@
 /**
  * Errors keep their class and kind across the sweep's Worker boundary
- * (scenarios/simulation_worker.ts → scenarios/worker_pool.ts), so `sweep`
+ * (scenarios/workers/simulation_worker.ts → scenarios/workers/worker_pool.ts), so `sweep`
  * and `run --router` fail as `run` does in-process: the same class, message
  * and exit code; and design.md's error catalogue names every kind.
  */
@@ -12,11 +12,11 @@ import {
   SIMULATION_ERROR_KINDS,
   SimulationError,
 } from "../actors/runtime/simulation_error.ts";
-import { TraceFormatError } from "../actors/trace_reader.ts";
-import { fileSystemErrorMessage } from "../scenarios/file_system_error.ts";
-import { loadRouterPlugin } from "../scenarios/router_plugin.ts";
-import { parseScenario, resolveTracePath } from "../scenarios/scenario.ts";
-import { runOnWorkers } from "../scenarios/worker_pool.ts";
+import { TraceFormatError } from "../actors/traces/trace_reader.ts";
+import { fileSystemErrorMessage } from "../scenarios/cli/file_system_error.ts";
+import { loadRouterPlugin } from "../scenarios/workers/router_plugin.ts";
+import { parseScenario, resolveTracePath } from "../scenarios/scenario/scenario.ts";
+import { runOnWorkers } from "../scenarios/workers/worker_pool.ts";
 import { messageLine, runScript } from "./_cli.ts";
 
 const ROOT = new URL("..", import.meta.url).pathname;
@@ -164,7 +164,7 @@ Deno.test("a plugin's Worker is believed about a malformed trace only when the h
     // A plugin that claims, from its own code, that the (well-formed) trace is malformed.
     await Deno.writeTextFile(
       `${dir}/forged_trace_error.ts`,
-      `import { TraceFormatError } from ${JSON.stringify(`${ROOT}actors/trace_reader.ts`)};\n` +
+      `import { TraceFormatError } from ${JSON.stringify(`${ROOT}actors/traces/trace_reader.ts`)};\n` +
         `export default { name: "forged_trace_error", choose(): number {\n` +
         `  throw new TraceFormatError(${JSON.stringify(SAMPLE)}, 1, "not valid JSON");\n} };\n`,
     );

@@ -5,7 +5,7 @@ import { createRandomStream } from "../actors/runtime/random_stream.ts";
 import { SimulationError } from "../actors/runtime/simulation_error.ts";
 import { WallClock } from "../actors/runtime/wall_clock.ts";
 import { WorkerRuntime } from "../actors/runtime/worker_runtime.ts";
-import { systemWallTime } from "../scenarios/wall_time.ts";
+import { systemWallTime } from "../scenarios/cli/wall_time.ts";
 import { createRelay, type Hop, type Token } from "./fixtures/pooled_actors.ts";
 import { createCanceller } from "./fixtures/contract_actors.ts";
 import { Recorder } from "./_recorder.ts";

@@ -1,7 +1,7 @@
 import { assert, assertAlmostEquals, assertEquals } from "@std/assert";
 import type { RouteCommand } from "../actors/protocol.ts";
 import { Kernel } from "../actors/runtime/kernel.ts";
-import { type WorkloadOptions, WorkloadSource } from "../actors/workload_source.ts";
+import { type WorkloadOptions, WorkloadSource } from "../actors/workload/workload_source.ts";
 import { Recorder } from "./_recorder.ts";
 
 const workload = (over: Partial<WorkloadOptions> = {}): WorkloadOptions => ({

@@ -45,14 +45,14 @@ export interface RouterView {
    * Per instance: its serving capacity relative to the fastest instance it is
    * routed beside (1 for that one, and for every instance of a uniform fleet):
    * load-aware policies divide load by it, so that a fleet of mixed engines
-   * is balanced by work, not by counts (design.md, "Mixed fleets").
+   * is balanced by work, not by counts (actors/policies/policies.md, "Capacity and host credit").
    */
   readonly capacity: ArrayLike<number>;
   /**
    * Per instance: 1 when the router may route there; 0 when it believes the
    * instance down (a request failed there since it last reported, or its
    * last report is older than the status TTL), draining, or not provisioned
-   * (design.md, "Faults"). Every instance is available in a run without
+   * (actors/dynamics/README.md, "Faults"). Every instance is available in a run without
    * faults or autoscaling. Policies choose among available instances (every
    * built-in does, and with all of them available chooses, and draws, as
    * though the field did not exist); a choice of an unavailable one is sent
@@ -105,7 +105,7 @@ export interface RouterView {
    * *or* host memory (its host KV tier, when it has one): at least
    * `matchedBlocks`, and equal to it without a host tier. The blocks beyond
    * `matchedBlocks` must be loaded from host memory before use, so policies
-   * give them a discounted credit (design.md, "Host KV tier").
+   * give them a discounted credit (actors/policies/policies.md, "Capacity and host credit").
    */
   hostMatchedBlocks(instance: number, request: Request): number;
   /**
@@ -118,7 +118,7 @@ export interface RouterView {
   readonly index?: FleetQueries;
 }
 
-/** A load {@linkcode FleetQueries} orders instances by (see `actors/fleet_index.ts`). */
+/** A load {@linkcode FleetQueries} orders instances by (see `actors/router/fleet_index.ts`). */
 export type FleetLoad =
   /** `(waiting + running) / capacity` */
   | "active"

@@ -22,7 +22,7 @@ const WOKEN = Symbol("woken");
 export interface LiveRuntimeOptions {
   /** Seed of every actor's random stream. */
   readonly seed: number;
-  /** The wall time source, supplied by the program (scenarios/wall_time.ts). */
+  /** The wall time source, supplied by the program (scenarios/cli/wall_time.ts). */
   readonly wallTime: WallTime;
   /** Simulated ms per wall ms; 1 is real time. */
   readonly speed: number;

@@ -9,7 +9,7 @@ import * as Plot from "@observablehq/plot";
 import { parseHTML } from "linkedom";
 import type { SummaryRow } from "./sweep_summary.ts";
 import { STRATEGIES, type ThresholdChoice } from "./study_findings.ts";
-import type { PolicyVariant } from "../policy_variants.ts";
+import type { PolicyVariant } from "../scenario/policy_variants.ts";
 
 const FONT = "DejaVu Sans, Verdana, sans-serif";
 
@@ -74,27 +74,80 @@ export function figure(
     `<rect width="100%" height="100%" fill="white"/>` +
     `<text x="12" y="22" font-size="16" font-weight="bold">${escape(title)}</text>` +
     `<text x="12" y="40" font-size="12" fill="#555">${escape(subtitle)}</text>${items}` +
-    `<svg x="0" y="${top}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${plot.innerHTML}</svg></svg>`;
+    `<svg x="0" y="${top}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}"${
+      rootAttributes(plot)
+    }>${plot.innerHTML}</svg></svg>`;
+}
+
+/**
+ * The attributes of Plot's root `<svg>` its marks inherit, for the nested
+ * `<svg>` that replaces it: `text-anchor="middle"` (without it every tick
+ * label starts at its tick, so the last one is clipped and adjacent panels'
+ * end ticks run together), `fill`, the class its inline style sheet names,
+ * and the report's font size (Plot's root `style` sets 12 px over its 10).
+ */
+function rootAttributes(plot: SvgElement): string {
+  const copied = ["class", "text-anchor", "fill"].flatMap((name) => {
+    const value = plot.getAttribute(name);
+    return value === null ? [] : [` ${name}="${escape(value).replace(/"/g, "&quot;")}"`];
+  });
+  return `${copied.join("")} font-size="12"`;
 }
 
 function escape(text: string): string {
   return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
 
-/** A Plot chart, 900 × 380, in the report's font, on a fresh linkedom document. */
+/**
+ * Room below the frame, px: the x tick labels, then the x axis title beneath
+ * them (at {@linkcode X_LABEL_OFFSET}), never over them.
+ */
+const MARGIN_BOTTOM = 52;
+
+/** How far below the frame the x axis title sits, px: below the tick labels (6 px tick + 12 px text). */
+const X_LABEL_OFFSET = 44;
+
+/** Room right of the frame, px: the last x tick label, centred on the frame's edge, is not clipped. */
+const MARGIN_RIGHT = 32;
+
+/** Space inside an unfaceted chart's left and right edges, px: a dot at the domain's end is not cut by the axis. */
+const INSET = 8;
+
+/**
+ * Space inside each facet's left and right edges, px: adjacent panels' end
+ * ticks (`0.9` | `0.1`) stand apart instead of running together as `0.90.1`.
+ */
+const FACET_INSET = 16;
+
+/**
+ * A Plot chart, 900 × 380, in the report's font, on a fresh linkedom
+ * document. The x axis title is centred below the tick labels; a faceted
+ * chart (`fx`) gets space between its panels and inside each panel's edges.
+ * A chart's own `x` and `fx` options override these defaults field by field.
+ */
 export function plot(options: Plot.PlotOptions): SvgElement {
   const { document } = parseHTML("<!DOCTYPE html><html><body></body></html>") as unknown as {
     document: unknown;
   };
+  const faceted = options.fx !== undefined;
   return Plot.plot({
     document: document as never,
     width: 900,
     height: 380,
     marginLeft: 60,
     marginTop: 36,
-    marginRight: 20,
+    marginRight: MARGIN_RIGHT,
+    marginBottom: MARGIN_BOTTOM,
     style: { fontFamily: FONT, fontSize: "12px", background: "white" },
     ...options,
+    x: {
+      labelAnchor: "center",
+      labelOffset: X_LABEL_OFFSET,
+      insetLeft: faceted ? FACET_INSET : INSET,
+      insetRight: faceted ? FACET_INSET : INSET,
+      ...options.x,
+    },
+    ...(faceted ? { fx: { padding: 0.12, ...options.fx } } : {}),
   }) as unknown as SvgElement;
 }
 
@@ -111,11 +164,14 @@ export function plotted(value: number | null): number {
 
 /** Colours for every variant: the study's four keep theirs, others take the palette in order. */
 export function variantColors(variants: readonly PolicyVariant[]) {
-  let next = 0;
   const labels = variants.map((v) => v.label);
-  const range = labels.map((l) =>
-    Object.hasOwn(COLORS, l) ? COLORS[l] : SERIES_COLORS[next++ % SERIES_COLORS.length]
-  );
+  // A palette colour one of the study's four already wears here is skipped, so no two variants share one
+  // (until there are more variants than colours).
+  const taken = new Set(labels.filter((l) => Object.hasOwn(COLORS, l)).map((l) => COLORS[l]));
+  const free = SERIES_COLORS.filter((c) => !taken.has(c));
+  const palette = free.length > 0 ? free : SERIES_COLORS;
+  let next = 0;
+  const range = labels.map((l) => Object.hasOwn(COLORS, l) ? COLORS[l] : palette[next++ % palette.length]);
   return { domain: labels, range, legend: labels.map((label, i) => ({ label, color: range[i] })) };
 }
 

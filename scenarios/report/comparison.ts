@@ -8,7 +8,7 @@
  */
 import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { Sweep } from "../sweep_spec.ts";
+import type { Sweep } from "../scenario/sweep_types.ts";
 import {
   dropsTooMany,
   isOperational,
@@ -90,11 +90,18 @@ const line = (a: Averages, mark = "") =>
 const rankedLines = (averages: readonly Averages[]) =>
   ranked(averages).map((a, k) => line(a, k === 0 && canRank(a) ? " *" : ""));
 
-/** What the routing-accounting columns mean (design.md, "Routing quality"). */
-const ROUTING_LEGEND =
-  "(avail: longest prefix cached on any instance when routed, per prompt token; expect: what the router's view " +
-  "expected on its choice; regret = avail − tok hit; view fp: expected tokens the choice did not hold / expected; " +
-  "n/a: not measurable for that policy or run)";
+/**
+ * What the routing-accounting columns mean (actors/metrics/README.md, "Routing quality"),
+ * one line per basis: `expect` has a different denominator from `tok hit`
+ * and `avail`, so it may exceed them without the view being wrong.
+ */
+const ROUTING_LEGEND: readonly string[] = [
+  "(tok hit, avail: share of all prompt tokens — avail = longest prefix cached on any instance when routed; " +
+  "regret = avail − tok hit;",
+  " expect: share of the prompt tokens of the requests whose policy consulted the router's view — what the " +
+  "view expected cached on its choice, so it may exceed avail;",
+  " view fp: expected tokens the choice did not hold / expected; n/a: not measurable for that policy or run)",
+];
 
 /** " Lowest routing regret: X (r)." over the policies that have one; "" when none has. */
 function lowestRegret(averages: readonly Averages[]): string {
@@ -111,7 +118,7 @@ function operationalLines(labels: readonly string[], byPoint: readonly SummaryRo
     `Averages over the ${operational.length} of ${byPoint.length} points where every policy has mean TTFT < ${
       OPERATIONAL_TTFT_MS / 1000
     } s and drops at most ${OPERATIONAL_DROPPED_FRACTION * 100}% of requests (best TTFT first):`,
-    ROUTING_LEGEND,
+    ...ROUTING_LEGEND,
     "",
     header,
   ];

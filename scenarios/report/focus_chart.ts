@@ -7,7 +7,7 @@ import * as Plot from "@observablehq/plot";
 import { type Chart, figure, meansBy, plot, variantColors } from "./chart.ts";
 import type { ReportSection } from "./section.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { PolicyVariant } from "../policy_variants.ts";
+import type { PolicyVariant } from "../scenario/policy_variants.ts";
 
 /** Mean TTFT of every policy against the `focus` axis, over seeds and the other axes. */
 export function focusChart(

@@ -25,7 +25,7 @@ import {
   thresholdChoices,
 } from "./study_findings.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { Sweep } from "../sweep_spec.ts";
+import type { Sweep } from "../scenario/sweep_types.ts";
 
 /** One point of a load chart: a policy at one load, its metrics averaged over seeds and other axes. */
 interface LoadDatum {

@@ -134,7 +134,12 @@ function hitVsSharedFraction(rows: readonly SummaryRow[]): Chart {
       strategyLegend,
       plot({
         fx: { label: null },
-        x: { label: "shared-prefix fraction", ticks: [0.1, 0.5, 0.9] },
+        // Ticks at the fractions swept, whatever they are (never one outside the data's domain).
+        x: {
+          label: "shared-prefix fraction",
+          ticks: [...new Set(fracData.map((d) => d.sharedFrac))],
+          tickFormat: (d: number) => `${d}`,
+        },
         y: { label: "request hit rate", domain: [0, 1], grid: true },
         color: strategyColor,
         marks: [

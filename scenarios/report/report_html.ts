@@ -20,10 +20,13 @@ export function reportHtml(title: string, summary: string, charts: readonly Char
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${escape(title)}</title>
 <style>
+  *, *::before, *::after { box-sizing: border-box; }
   body { font-family: "DejaVu Sans", Verdana, sans-serif; max-width: 960px; margin: 2rem auto; padding: 0 1rem; color: #222; }
-  pre { background: #f6f8fa; padding: 1rem; overflow-x: auto; font-size: 12px; line-height: 1.35; }
-  figure { margin: 2rem 0; }
-  figure svg { max-width: 100%; height: auto; border: 1px solid #eee; }
+  /* The summary's tables are wider than the page: they scroll inside their box, the page does not. */
+  pre, table { display: block; max-width: 100%; overflow-x: auto; }
+  pre { background: #f6f8fa; padding: 1rem; font-size: 12px; line-height: 1.35; }
+  figure { margin: 2rem 0; max-width: 100%; }
+  figure svg { display: block; max-width: 100%; height: auto; border: 1px solid #eee; }
   figcaption { color: #666; font-size: 13px; }
 </style>
 </head>

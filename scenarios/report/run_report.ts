@@ -3,11 +3,12 @@
  * The human-readable report of one run, shared by `deno task run` and
  * `deno task realtime`.
  */
-import { meanOf } from "../../actors/distributions.ts";
-import { instanceModel } from "../../actors/instance_models.ts";
+import { meanOf } from "../../actors/workload/distributions.ts";
+import { instanceModel } from "../../actors/instances/instance_models.ts";
 import { policyDescriptor, policyLabel } from "../../actors/policies/mod.ts";
 import type { RunResult, SimulationConfig } from "../../actors/simulation.ts";
 import { hasDynamics, hasLifecycle } from "../../actors/topology.ts";
+import { plural } from "../cli/plural.ts";
 
 /** One run's report: the result plus its wall time and resolved scenario. */
 export interface RunReport extends RunResult {
@@ -90,7 +91,9 @@ function describeFleet(c: SimulationConfig): string[] {
 export function describeRouterView(c: SimulationConfig): string {
   const r = c.router, blocks = instanceModel(c.instances.model).cacheUnit === "blocks";
   const status = r.statusIntervalMs > 0 ? `status every ${r.statusIntervalMs} ms` : "status on every change";
-  const delay = r.networkDelayMs > 0 ? ` + ${r.networkDelayMs} ms network delay` : "";
+  const ttl = r.statusTtlMs;
+  const delay = (r.networkDelayMs > 0 ? ` + ${r.networkDelayMs} ms network delay` : "") +
+    (ttl !== undefined && Number.isFinite(ttl) ? ` · probes every ${ttl / 2} ms (status TTL ${ttl} ms)` : "");
   const reads = policyDescriptor(c.policy.name)?.reads;
   const pools = c.prefillPolicy !== undefined || c.decodePolicy !== undefined;
   if (reads !== undefined && !reads.blocks && !pools) {
@@ -157,13 +160,62 @@ function dynamicsLines(report: RunReport): string[] {
   }
   if (c.autoscale !== undefined) {
     const moves = (report.scaling ?? []).filter((d) => d.action !== "hold").length;
+    const peak = report.peakInstances ?? null;
     lines.push(
-      `  autoscaling   ${c.autoscale.signal} target ${c.autoscale.target} · ${moves} decisions · peak ${
-        report.peakInstances ?? "n/a"
-      } instances · ${formatMetric(report.instanceSeconds, 0, " instance·s")}`,
+      `  autoscaling   ${c.autoscale.signal} target ${c.autoscale.target} · ${
+        plural(moves, "decision")
+      } · peak ${peak === null ? "n/a instances" : plural(peak, "instance")} · ${
+        formatMetric(report.instanceSeconds, 0, " instance·s")
+      }`,
     );
   }
   return lines;
+}
+
+/**
+ * The routing-accounting lines. `available` (like the hit rates above) counts
+ * every prompt token; `expected` counts only the prompt tokens of requests
+ * whose policy consulted the router's view, so the two have different
+ * denominators and each line says which it uses.
+ */
+function routingLines(report: RunReport): string[] {
+  const f3 = (v: number | null) => formatMetric(v, 3);
+  return [
+    `  routing       available ${
+      f3(report.availableTokenHitRate)
+    } of all prompt tokens (the most any instance ` +
+    `held) · regret ${f3(report.routingRegret)}`,
+    `                expected ${f3(report.expectedTokenHitRate)} of the prompt tokens of requests the view ` +
+    `routed (the router's belief) · view false positives ${f3(report.viewFalsePositiveRate)}`,
+  ];
+}
+
+/** Whether the run replayed a trace with `skipInvalid` (or skipped lines anyway): its table then says how many, even 0. */
+function skipsInvalid(report: RunReport): boolean {
+  return report.scenario.workload.trace?.skipInvalid === true || report.skippedInvalid > 0;
+}
+
+/**
+ * The stderr notice of a run that replayed a trace with `--skip-invalid`:
+ * how many malformed lines it skipped (0 included), so a skipped line is
+ * never silent; undefined when the run did not skip.
+ *
+ * @param tracePath the trace as the user typed it (`--trace`'s value or the
+ * scenario file's field); the scenario's own (absolute) path without it.
+ * @example
+ * ```ts ignore
+ * const notice = skippedLinesNotice(report, "trace.jsonl");
+ * if (notice) console.error(notice); // "skipped 2 malformed lines of trace.jsonl (--skip-invalid)"
+ * ```
+ */
+export function skippedLinesNotice(
+  report: RunReport,
+  tracePath: string | undefined = report.scenario.workload.trace?.path,
+): string | undefined {
+  if (!skipsInvalid(report)) return undefined;
+  return `skipped ${plural(report.skippedInvalid, "malformed line")} of ${
+    tracePath ?? "the trace"
+  } (--skip-invalid)`;
 }
 
 /** The KV-transfer line of a disaggregated run: the flow, the link, and the transfers' times. */
@@ -191,15 +243,19 @@ export function formatReport(report: RunReport): string {
   const instances = instanceModel(c.instances.model);
   const model = describeFleet(c);
   const workload = w.trace?.generate !== undefined
-    ? `generated trace (${w.trace.generate.requests} requests at ${
+    ? `generated trace (${plural(w.trace.generate.requests, "request")} at ${
       Number(w.trace.generate.ratePerSec.toPrecision(4))
     } req/s, seed ${w.trace.generate.seed}; mooncake, speed ${w.trace.speed}×)`
     : w.trace
     ? `trace ${w.trace.path} (${w.trace.format}, speed ${w.trace.speed}×)`
-    : `${w.requests} requests at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
+    : `${
+      plural(w.requests, "request")
+    } at ${w.ratePerSec} req/s, zipf ${p.zipf}, shared ${p.sharedFrac} over ${p.groups} groups, ` +
       `prefix ${p.tokens} + suffix ${suffix} tokens`;
   const lines = [
-    `policy ${runPolicyLabel(report)}${poolPolicies(c)} · ${c.instances.count} instances · seed ${c.seed}`,
+    `policy ${runPolicyLabel(report)}${poolPolicies(c)} · ${
+      plural(c.instances.count, "instance")
+    } · seed ${c.seed}`,
     ...model,
     `workload: ${workload}`,
     `router view: ${describeRouterView(c)}`,
@@ -207,7 +263,7 @@ export function formatReport(report: RunReport): string {
     `  requests      ${report.requests}  completed ${report.completed}  dropped ${report.dropped} (${
       percent(report.droppedFraction)
     })${hasDynamics(c) ? `  failed ${report.failed}` : ""}  in flight ${report.inFlight}` +
-    (report.skippedInvalid > 0 ? `  (skipped ${report.skippedInvalid} malformed trace lines)` : ""),
+    (skipsInvalid(report) ? `  (skipped ${plural(report.skippedInvalid, "malformed trace line")})` : ""),
     `  TTFT ms       mean ${ms(report.ttftMeanMs)}  p50 ${ms(report.ttftP50Ms)}  p90 ${
       ms(report.ttftP90Ms)
     }  p99 ${ms(report.ttftP99Ms)}`,
@@ -232,11 +288,7 @@ export function formatReport(report: RunReport): string {
     }`,
     ...transferLines(report),
     ...dynamicsLines(report),
-    `  routing       available ${f3(report.availableTokenHitRate)} · expected ${
-      f3(report.expectedTokenHitRate)
-    } of prompt tokens · regret ${f3(report.routingRegret)} · view false positives ${
-      f3(report.viewFalsePositiveRate)
-    }`,
+    ...routingLines(report),
     `  imbalance     ${f3(report.imbalance)} (max-min)/mean · cv ${f3(report.imbalanceCv)} · busy-time cv ${
       f3(report.busyImbalanceCv)
     }`,
@@ -244,7 +296,7 @@ export function formatReport(report: RunReport): string {
       (report.simulatedMs / 1000).toFixed(1)
     } s simulated · goodput ${report.goodputRps.toFixed(2)} req/s${sloSet(c) ? "" : " (no SLO set)"}`,
     ...sloLines(report, percent),
-    `  kernel        ${report.messages} messages in ${report.wallMs.toFixed(0)} ms wall (${
+    `  kernel        ${plural(report.messages, "message")} in ${report.wallMs.toFixed(0)} ms wall (${
       (report.requests / report.wallMs * 1000).toFixed(0)
     } requests/s)`,
   );

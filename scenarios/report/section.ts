@@ -6,7 +6,7 @@
  */
 import type { Chart } from "./chart.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import type { PolicyVariant, Sweep } from "../sweep_spec.ts";
+import type { PolicyVariant, Sweep } from "../scenario/sweep_types.ts";
 import type { RunResult } from "../../actors/simulation.ts";
 
 /** What a section may ask of a sweep before it runs: its axes, policy variants and focus. */

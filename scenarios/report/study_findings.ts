@@ -7,8 +7,8 @@
  */
 import { formatMetric } from "./run_report.ts";
 import type { SummaryRow } from "./sweep_summary.ts";
-import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
-import type { Sweep, SweepPoint } from "../sweep_spec.ts";
+import { type PolicyVariant, variantParameter } from "../scenario/policy_variants.ts";
+import type { Sweep, SweepPoint } from "../scenario/sweep_types.ts";
 
 /** Axis paths the study needs. */
 export const RATE = "workload.ratePerSec";

@@ -8,7 +8,7 @@ import type { RunResult } from "../../actors/simulation.ts";
 import { toPng } from "./png.ts";
 import { reportHtml } from "./report_html.ts";
 import { sweepReport } from "./sweep_report.ts";
-import type { Sweep } from "../sweep_spec.ts";
+import type { Sweep } from "../scenario/sweep_types.ts";
 
 /** Every file a sweep writes, as text or bytes, by path relative to the output directory. */
 export function sweepOutputs(sweep: Sweep, results: readonly RunResult[]): Map<string, string | Uint8Array> {

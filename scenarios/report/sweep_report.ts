@@ -9,7 +9,7 @@ import type { Chart } from "./chart.ts";
 import { formatComparison } from "./comparison.ts";
 import { reportSection } from "./sections.ts";
 import { summarise, toCsv } from "./sweep_summary.ts";
-import type { Sweep } from "../sweep_spec.ts";
+import type { Sweep } from "../scenario/sweep_types.ts";
 
 /** What a sweep reports. */
 export interface SweepReport {

@@ -8,9 +8,9 @@ import { stringify } from "@std/csv";
 import { policyLabel, type PolicyName } from "../../actors/policies/mod.ts";
 import type { RunResult } from "../../actors/simulation.ts";
 import { hasDynamics } from "../../actors/topology.ts";
-import { type PolicyVariant, variantParameter } from "../policy_variants.ts";
+import { type PolicyVariant, variantParameter } from "../scenario/policy_variants.ts";
 import { ci95HalfWidthOrNull, meanOrNull } from "./statistics.ts";
-import type { Sweep } from "../sweep_spec.ts";
+import type { Sweep } from "../scenario/sweep_types.ts";
 
 /** Metrics averaged over seeds, in CSV column order. */
 export const METRICS = [

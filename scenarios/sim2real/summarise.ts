@@ -5,12 +5,13 @@
  * (`DIR/validation/validation.json`), against the study's targets — mean
  * TTFT within 15% and token hit rate within 0.03 for every policy, and the
  * real engines' policy ranking — with the real runs' spread as the noise
- * floor. What causes the rest is in design.md, "The sim-to-real study".
+ * floor. What causes the rest is in scenarios/sim2real/README.md,
+ * "The sim-to-real study".
  *
  * Usage: deno run --allow-read --allow-write=results scenarios/sim2real/summarise.ts results/sim2real
  */
 import { join } from "node:path";
-import { writeFileAtomic } from "../atomic_write.ts";
+import { writeFileAtomic } from "../cli/atomic_write.ts";
 import { type Calibration, formatCalibration } from "../wire/calibration.ts";
 import { formatValidation, type MetricComparison, showError, type Validation } from "../wire/validation.ts";
 
@@ -38,7 +39,7 @@ export function summary(calibration: Calibration, validation: Validation): strin
     "",
     `Engines: ${calibration.urls.length} llama-server instances (CPU, one thread each, a random-weight`,
     "llama model: real prefill, decode, KV cache and prefix reuse; gibberish text), on loopback.",
-    'Made by scenarios/sim2real/run.sh; design.md, "The sim-to-real study", says what it means.',
+    'Made by scenarios/sim2real/run.sh; scenarios/sim2real/README.md, "The sim-to-real study", says what it means.',
     "",
     "Targets: mean TTFT within 15% and token hit rate within 0.03 for every policy, and the same",
     "policy ranking as the real engines. The noise floor is the range of the real runs of a policy",
@@ -67,7 +68,7 @@ export function summary(calibration: Calibration, validation: Validation): strin
         : "NOT the same"
     }`,
     "",
-    'What causes the rest (design.md, "What the study found", weighs each against the figures above):',
+    'What causes the rest (scenarios/sim2real/README.md, "What the study found", weighs each against the figures above):',
     "- the calibration measures each engine alone; in the validation the engines, the gateway and the",
     "  load generator share the machine's cores, so prefill and decode run slower than calibrated;",
     "- near saturation (an instance holding three of the four prefixes) queueing multiplies any",

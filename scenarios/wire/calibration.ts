@@ -5,7 +5,8 @@
  * API only — streamed completions whose prompts are token ids, so the engine
  * computes exactly the tokens asked for — and fits the batching engine's
  * coefficients (`calibration_fit.ts`), finds what it can of the cache, and
- * says what it had to assume. design.md, "Calibrating against a real engine".
+ * says what it had to assume. scenarios/wire/README.md,
+ * "`deno task calibrate`".
  */
 import {
   blockSizeOf,
@@ -32,8 +33,8 @@ import {
 import { cachedTokensOf } from "./cached_tokens.ts";
 import { readSseData } from "./http.ts";
 import { tokenId } from "./tokenizer.ts";
-import { kvAttentionWork, SLOT_DEFAULTS } from "../../actors/slot_instance.ts";
-import { VLLM_H100_SCHEDULER } from "../../actors/engine_presets.ts";
+import { kvAttentionWork, SLOT_DEFAULTS } from "../../actors/instances/slot_instance.ts";
+import { VLLM_H100_SCHEDULER } from "../../actors/instances/engine_presets.ts";
 
 /** What a calibration is asked to do. */
 export interface CalibrateOptions {
@@ -143,7 +144,7 @@ export interface Calibration {
   readonly preset: EnginePresetFile;
 }
 
-/** An engine preset file as `deno task calibrate` writes it (scenarios/engine_preset_file.ts reads it). */
+/** An engine preset file as `deno task calibrate` writes it (scenarios/scenario/engine_preset_file.ts reads it). */
 export interface EnginePresetFile {
   readonly kind: "request-routing-sim engine preset";
   readonly version: 1;

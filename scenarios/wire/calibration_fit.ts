@@ -131,7 +131,7 @@ export interface Estimate {
   readonly ci95: number;
 }
 
-/** The batching engine's coefficients (actors/engine_presets.ts `EnginePreset`), estimated. */
+/** The batching engine's coefficients (actors/instances/engine_presets.ts `EnginePreset`), estimated. */
 export interface EngineCoefficients {
   /** Fixed cost of a step (β0), ms. */
   readonly stepMs: Estimate;
@@ -161,7 +161,7 @@ export interface PrefillPoint {
   readonly ttftMs: number;
 }
 
-/** Token pairs the attention of `n` tokens after `c` computed ones covers: n·c + n(n−1)/2 (actors/batching_instance.ts). */
+/** Token pairs the attention of `n` tokens after `c` computed ones covers: n·c + n(n−1)/2 (actors/instances/batching_instance.ts). */
 export function contextPairs(c: number, n: number): number {
   return n * c + n * (n - 1) / 2;
 }

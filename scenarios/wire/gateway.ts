@@ -14,9 +14,9 @@
  * `/metrics` is stale load, not a dead upstream: only a refused or reset
  * connection, or `scrapeFailures` failed scrapes in a row, take one down.
  */
-import { GatewayMetrics } from "../../actors/gateway_metrics.ts";
-import type { FailedReason } from "../../actors/metrics_collector.ts";
-import { isDisaggregated } from "../../actors/instance_model.ts";
+import { GatewayMetrics } from "../../actors/metrics/gateway_metrics.ts";
+import type { FailedReason } from "../../actors/metrics/metrics_collector.ts";
+import { isDisaggregated } from "../../actors/instances/instance_model.ts";
 import { createPolicy, policyReads } from "../../actors/policies/mod.ts";
 import type { RouterCommand, ServeCommand } from "../../actors/protocol.ts";
 import { routerInWorker } from "../../actors/realtime_simulation.ts";
@@ -30,7 +30,7 @@ import {
   type UpstreamCommand,
   type UpstreamEvent,
   UpstreamInstance,
-} from "../../actors/upstream_instance.ts";
+} from "../../actors/instances/upstream_instance.ts";
 import { gatewayMetricsText, type UpstreamScrape } from "./gateway_metrics_text.ts";
 import { errorResponse, jsonResponse, readJsonBody, serverUrl, SseWriter } from "./http.ts";
 import {
@@ -42,7 +42,7 @@ import {
   serveHttp,
   wholeBodyOf,
 } from "./http_server.ts";
-import { LIVE_PAGE_HTML } from "./live_page.ts";
+import { livePageHtml } from "./live_page.ts";
 import {
   type Endpoint,
   modelNotFound,
@@ -120,6 +120,11 @@ export interface GatewayOptions {
   readonly routeTimeoutMs?: number;
   /** Called once, with one line, when the router's run fails (a plugin overran its time): the process should exit 1. */
   readonly onFatal: (line: string) => void;
+  /**
+   * A warning for the live page to show while it holds (`deno task serve`'s
+   * simulated fleet lagging the wall clock), or null. @default none
+   */
+  readonly warning?: () => string | null;
 }
 
 /** One upstream as the live page shows it. */
@@ -160,6 +165,8 @@ export interface GatewaySnapshot {
   /** cached_tokens / prompt_tokens over every completed request; null before any. */
   readonly hitRate: number | null;
   readonly upstreams: readonly UpstreamSnapshot[];
+  /** What the live page shows as a warning now (see {@linkcode GatewayOptions.warning}); null: none. */
+  readonly warning: string | null;
 }
 
 /** A running gateway. */
@@ -727,7 +734,10 @@ class GatewayServer implements Gateway {
   async #get(path: string): Promise<Response> {
     switch (path) {
       case "/":
-        return new Response(LIVE_PAGE_HTML, { headers: { "content-type": "text/html; charset=utf-8" } });
+        // The first state is in the page itself: it shows numbers before its first event, or without scripts.
+        return new Response(livePageHtml(this.snapshot()), {
+          headers: { "content-type": "text/html; charset=utf-8" },
+        });
       case "/events":
         return this.#events();
       case "/health":
@@ -889,6 +899,7 @@ class GatewayServer implements Gateway {
         completed: per[i].completed,
         hitRate: per[i].promptTokens > 0 ? per[i].cachedTokens / per[i].promptTokens : null,
       })),
+      warning: this.#o.warning?.() ?? null,
     };
   }
 }

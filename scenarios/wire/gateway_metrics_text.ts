@@ -3,9 +3,12 @@
  * The gateway's `/metrics`: its own counters (requests by outcome, retries,
  * routing decisions and requests in flight per upstream, time to first
  * token), then every upstream's `vllm:*`, `sglang:*` and `llamacpp:*` gauges
- * from its last good scrape, labelled `upstream="<url>"`.
+ * from its last good scrape, under their own names, labelled
+ * `upstream="<url>"` and `source="gateway"`: a Prometheus scraping both the
+ * fleet and the gateway tells the copies apart by that label
+ * (`sum(vllm:num_requests_waiting{source!="gateway"})` counts each engine once).
  */
-import { type BucketHistogram, PromText, relabelAll, type Sample } from "./prometheus.ts";
+import { type BucketHistogram, type LabeledValue, PromText, type Sample } from "./prometheus.ts";
 
 /** One upstream's last good scrape. */
 export interface UpstreamScrape {
@@ -49,6 +52,30 @@ function isEngineGauge(sample: Sample, types: ReadonlyMap<string, string>): bool
   if (!ENGINE_GAUGE.test(sample.name)) return false;
   const type = types.get(sample.name);
   return type === undefined ? !/_(total|bucket|sum|count|created)$/.test(sample.name) : type === "gauge";
+}
+
+/** The label every re-exported upstream gauge carries, so that a sum over the fleet can leave the copies out. */
+export const REEXPORT_LABEL = { source: "gateway" } as const;
+
+/**
+ * Every upstream's engine gauges, labelled `upstream` and
+ * {@linkcode REEXPORT_LABEL}, one family per name in order of first appearance.
+ */
+function upstreamGauges(s: GatewayMetricsState): Map<string, LabeledValue[]> {
+  const families = new Map<string, LabeledValue[]>();
+  s.scrapes.forEach((scrape, i) => {
+    if (scrape === undefined) return;
+    for (const sample of scrape.samples) {
+      if (!isEngineGauge(sample, scrape.types)) continue;
+      let family = families.get(sample.name);
+      if (family === undefined) families.set(sample.name, family = []);
+      family.push({
+        labels: { ...sample.labels, upstream: s.upstreams[i], ...REEXPORT_LABEL },
+        value: sample.value,
+      });
+    }
+  });
+  return families;
 }
 
 /** The gateway's `/metrics` text (exposition format 0.0.4). */
@@ -113,12 +140,13 @@ export function gatewayMetricsText(s: GatewayMetricsState): string {
       "From a request's arrival at the gateway to the upstream's first generated text, simulated seconds.",
       [{ labels: {}, histogram: s.ttft }],
     );
-  const sources = s.scrapes.flatMap((scrape, i) =>
-    scrape === undefined ? [] : [{
-      samples: scrape.samples.filter((sample) => isEngineGauge(sample, scrape.types)),
-      types: scrape.types,
-      labels: { upstream: s.upstreams[i] },
-    }]
-  );
-  return text.raw(relabelAll(sources)).text();
+  for (const [name, samples] of upstreamGauges(s)) {
+    text.gauge(
+      name,
+      `Each upstream's ${name} (label upstream) from the gateway's last good scrape of its /metrics, ` +
+        `labelled source="gateway": leave these out of a sum over the fleet ({source!="gateway"}).`,
+      samples,
+    );
+  }
+  return text.text();
 }

@@ -26,7 +26,8 @@
  */
 
 import { ByteQueue } from "./byte_queue.ts";
-import { osErrorCode } from "../file_system_error.ts";
+import { plural } from "../cli/plural.ts";
+import { osErrorCode } from "../cli/file_system_error.ts";
 
 /** What one server accepts of its clients. */
 export interface ConnectionLimits {
@@ -350,7 +351,7 @@ class Server implements HttpServer {
     let stoppedSince: number | undefined;
     while (!this.#closed) {
       if (this.#connections.size >= this.#limits.maxConnections) {
-        stoppedSince ??= this.#atBound(`${this.#limits.maxConnections} connections`);
+        stoppedSince ??= this.#atBound(plural(this.#limits.maxConnections, "connection"));
         await this.#ownSlot();
         continue;
       }
@@ -362,9 +363,9 @@ class Server implements HttpServer {
         if (isDescriptorExhaustion(error)) {
           this.#stats.descriptorErrors++;
           stoppedSince ??= this.#stopped(
-            `${this.#name}: out of file descriptors (${
-              (error as { code?: string }).code ?? "EMFILE"
-            }) with ${this.#connections.size} connections open: not accepting for a while; ` +
+            `${this.#name}: out of file descriptors (${(error as { code?: string }).code ?? "EMFILE"}) with ${
+              plural(this.#connections.size, "connection")
+            } open: not accepting for a while; ` +
               `raise the limit (ulimit -n) or lower --max-connections`,
           );
         }
@@ -378,7 +379,9 @@ class Server implements HttpServer {
       // Accepted first, then a slot of the shared pool: a server waiting in accept holds none. Without
       // one, the connection waits here, unread (one per server at most), and nothing more is accepted.
       while (!this.#closed && !this.#pool.tryAcquire()) {
-        stoppedSince ??= this.#atBound(`${this.#pool.size} connections shared by this process's servers`);
+        stoppedSince ??= this.#atBound(
+          `${plural(this.#pool.size, "connection")} shared by this process's servers`,
+        );
         await this.#slot();
       }
       if (this.#closed) {

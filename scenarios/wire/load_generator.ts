@@ -5,14 +5,15 @@
  * simulated times over `speed`, never waiting for earlier answers, and folds
  * what it measures client-side into the metrics of `deno task run`.
  */
-import { droppedFraction, MetricsCollector } from "../../actors/metrics_collector.ts";
+import { droppedFraction, MetricsCollector } from "../../actors/metrics/metrics_collector.ts";
 import type { DropReason, MetricsCommand, Request, RouteCommand } from "../../actors/protocol.ts";
 import { type Actor, Kernel } from "../../actors/runtime/kernel.ts";
 import type { WallTime } from "../../actors/runtime/wall_clock.ts";
 import { ACTOR_NAMES, buildSource, checkConservation, type SimulationConfig } from "../../actors/topology.ts";
-import { TraceSource } from "../../actors/trace_source.ts";
+import { TraceSource } from "../../actors/traces/trace_source.ts";
 import { formatReport, type RunReport } from "../report/run_report.ts";
 import { readSseData } from "./http.ts";
+import { plural } from "../cli/plural.ts";
 import { type ByteStream, type ClientHeaders, type ClientResponse, HttpClient } from "./http_client.ts";
 import { promptText, promptTokenIds } from "./tokenizer.ts";
 
@@ -646,7 +647,7 @@ class LoadRun {
       ? "no response"
       : heard.events === 0
       ? "headers, then no event"
-      : `${heard.events} events, then none`;
+      : `${plural(heard.events, "event")}, then none`;
     return new RequestFailure(
       "timeout",
       `${got} for ${this.#options.requestTimeoutMs} ms wall while the client was responsive`,
@@ -1014,7 +1015,9 @@ export function formatLoadReport(result: LoadResult): string {
     ...clientLimitLines(l),
   ];
   if (l.cachedTokensMissing > 0) {
-    lines.push(`note: ${l.cachedTokensMissing} answers reported no cached tokens, so hit rates are n/a`);
+    lines.push(
+      `note: ${plural(l.cachedTokensMissing, "answer")} reported no cached tokens, so hit rates are n/a`,
+    );
   }
   return lines.join("\n");
 }
@@ -1041,7 +1044,10 @@ export function clientLimitLines(l: LoadStats): string[] {
     `its event loop lagged p99 ${ms(l.loopLagP99Ms)}, max ${ms(l.loopLagMaxMs)}, stalled ` +
     `${l.loopStalledMs.toFixed(0)} ms in all`,
     ...(l.clientStalled === 0 ? [] : [
-      `${l.clientStalled} requests were given up while it stalled (outcome unknown: counted in flight, ` +
+      `${plural(l.clientStalled, "request")} ${
+        l.clientStalled === 1 ? "was" : "were"
+      } given up while it stalled ` +
+      `(outcome unknown: counted in flight, ` +
       `not as server failures)`,
     ]),
     ...(l.completedThroughStall === 0 ? [] : [through]),

@@ -24,7 +24,7 @@
  * {@linkcode MAX_JSON_DEPTH} levels is refused before anything walks it.
  */
 import { z } from "zod";
-import { describeIssue } from "../scenario.ts";
+import { describeIssue } from "../scenario/scenario.ts";
 import { type ChatMessage, hasTokens, renderChat } from "./tokenizer.ts";
 
 /** An error answered in OpenAI's shape: `{ error: { message, type, param, code } }` with an HTTP status. */

@@ -16,11 +16,11 @@
  * like a model meeting its end-of-sequence token. `max_tokens` defaults as
  * OpenAI's: 16 for completions, the rest of the context for chat.
  */
-import { BatchingInstance } from "../../actors/batching_instance.ts";
+import { BatchingInstance } from "../../actors/instances/batching_instance.ts";
 import { ClientBridge, type ClientBridgeCommand, type ClientSink } from "../../actors/client_bridge.ts";
-import { sampleLength } from "../../actors/distributions.ts";
-import { type ModelInstance, poolOfInstance } from "../../actors/instance_model.ts";
-import { instanceModel } from "../../actors/instance_models.ts";
+import { sampleLength } from "../../actors/workload/distributions.ts";
+import { type ModelInstance, poolOfInstance } from "../../actors/instances/instance_model.ts";
+import { instanceModel } from "../../actors/instances/instance_models.ts";
 import type {
   CompletionRecord,
   DropReason,
@@ -88,8 +88,8 @@ export interface SimFleetOptions {
 export interface SimFleet {
   /** Each instance's base URL (`http://host:port`). */
   readonly urls: readonly string[];
-  /** The live runtime's lag figures. */
-  lagStats(): LagStats;
+  /** The live runtime's lag figures, over its most recent `recent` deliveries (at most 65,536; default all kept). */
+  lagStats(recent?: number): LagStats;
   /** Requests accepted and not finished. */
   inFlight(): number;
   /** Each instance server's connections: open, and closed by a timeout. */
@@ -203,8 +203,8 @@ class Fleet implements SimFleet, ClientSink {
     this.#urls = this.#servers.map((s) => serverUrl(s.addr));
   }
 
-  lagStats(): LagStats {
-    return this.#runtime.lagStats();
+  lagStats(recent?: number): LagStats {
+    return this.#runtime.lagStats(recent);
   }
 
   inFlight(): number {

@@ -8,8 +8,8 @@
  * derives it and writes it into the usage the client gets.
  */
 import { isDescriptorExhaustion } from "./http_server.ts";
-import type { EndOutcome } from "../../actors/gateway_metrics.ts";
-import type { FailureCause } from "../../actors/upstream_instance.ts";
+import type { EndOutcome } from "../../actors/metrics/gateway_metrics.ts";
+import type { FailureCause } from "../../actors/instances/upstream_instance.ts";
 import { fillCachedTokens } from "./cached_tokens.ts";
 import { jsonResponse, readSseEvents, SseWriter } from "./http.ts";
 import { type ByteStream, type ClientResponse, HttpClient } from "./http_client.ts";

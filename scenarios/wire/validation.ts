@@ -4,11 +4,11 @@
  * through the gateway to real upstreams (repeated, each repetition with
  * prompts of its own), and simulated with the calibrated engine; sim against
  * real per metric, with the spread between the real repetitions as the noise
- * floor. design.md, "Validating against a real engine".
+ * floor. scenarios/wire/README.md, "`deno task validate`".
  */
 import type { SimulationConfig } from "../../actors/topology.ts";
 import type { WallTime } from "../../actors/runtime/wall_clock.ts";
-import { runScenario } from "../run_scenario.ts";
+import { runScenario } from "../workers/run_scenario.ts";
 import { type Gateway, startGateway } from "./gateway.ts";
 import { runLoad } from "./load_generator.ts";
 import { tokenId } from "./tokenizer.ts";

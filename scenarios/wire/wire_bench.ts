@@ -9,9 +9,9 @@
  * Loopback only.
  */
 import type { SimulationConfig } from "../../actors/topology.ts";
-import { parseScenario } from "../scenario.ts";
-import { runScenario } from "../run_scenario.ts";
-import { systemWallTime } from "../wall_time.ts";
+import { parseScenario } from "../scenario/scenario.ts";
+import { runScenario } from "../workers/run_scenario.ts";
+import { systemWallTime } from "../cli/wall_time.ts";
 import { startGateway } from "./gateway.ts";
 import { runLoad } from "./load_generator.ts";
 import { startSimFleet } from "./sim_server.ts";
@@ -322,7 +322,7 @@ function hostileClients(port: number, perRound = 55) {
 /** The serve task's `deno run` arguments, from deno.json, with `args` after them. */
 function serveTaskArgs(args: readonly string[]): string[] {
   const deno = JSON.parse(Deno.readTextFileSync(new URL("../../deno.json", import.meta.url)));
-  return [...String(deno.tasks.serve).trim().split(/\s+/).slice(1), ...args];
+  return [...String(deno.tasks.serve.command ?? deno.tasks.serve).trim().split(/\s+/).slice(1), ...args];
 }
 
 /** One figure of `samples`: the sum over the series of `name` whose labels include `labels`. */
