@@ -130,6 +130,19 @@ Deno.test("the live page is one self-contained document: nothing loaded but /eve
   assertMatch(LIVE_PAGE_HTML, /new EventSource\("\/events"\)/);
 });
 
+/** Four completions through the gateway at `url`, each answered 200, their bodies dropped. */
+async function sendFour(url: string): Promise<void> {
+  for (let i = 0; i < 4; i++) {
+    const response = await fetch(`${url}/v1/completions`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ model: FAKE_MODEL, prompt: `request ${i} with a few words`, max_tokens: 4 }),
+    });
+    assertEquals(response.status, 200);
+    await response.body?.cancel();
+  }
+}
+
 Deno.test({
   name: "headless Chromium shows a row per upstream and the request counts, filled from /events",
   ignore: CHROMIUM === undefined,
@@ -141,15 +154,7 @@ Deno.test({
       upstreamTimeoutMs: 5000,
     });
     try {
-      for (let i = 0; i < 4; i++) {
-        const response = await fetch(`${gateway.url}/v1/completions`, {
-          method: "POST",
-          headers: { "content-type": "application/json" },
-          body: JSON.stringify({ model: FAKE_MODEL, prompt: `request ${i} with a few words`, max_tokens: 4 }),
-        });
-        assertEquals(response.status, 200);
-        await response.body?.cancel();
-      }
+      await sendFour(gateway.url);
       const ready = `document.querySelectorAll("#upstreams tbody tr").length === 2`;
       const html = await renderedHtml(`${gateway.url}/`, ready, 15_000);
       const document = new DOMParser().parseFromString(html, "text/html");
@@ -310,15 +315,7 @@ Deno.test("GET / has the gateway's current numbers and warning in its HTML, befo
     const before = await page();
     assertEquals(before.querySelectorAll("#upstreams tbody tr").length, 2);
     assert(before.getElementById("warning")?.hasAttribute("hidden"), "a warning shows with none to show");
-    for (let i = 0; i < 4; i++) {
-      const response = await fetch(`${gateway.url}/v1/completions`, {
-        method: "POST",
-        headers: { "content-type": "application/json" },
-        body: JSON.stringify({ model: FAKE_MODEL, prompt: `request ${i} with a few words`, max_tokens: 4 }),
-      });
-      assertEquals(response.status, 200);
-      await response.body?.cancel();
-    }
+    await sendFour(gateway.url);
     warning = "the simulated fleet lags: delivery lag p99 80 ms";
     const document = await page();
     const { upstreams, requests, cards, policy, warning: shownWarning } = shown(document);

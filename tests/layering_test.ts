@@ -302,12 +302,33 @@ Deno.test("no module imports a command-line tool: what two tools share lives in 
  * circle of types is still two files that cannot be read one without the other.
  */
 function importCircles(files: ReadonlyMap<string, string>): string[] {
-  const edges = new Map<string, string[]>();
+  return circlesOf(importGraph(files, (path) => path));
+}
+
+/**
+ * Who imports whom among `files`, each file counted as the node `nodeOf`
+ * names: node → the other nodes its files import (a file importing itself
+ * stays an edge, so a module's own circle is seen).
+ */
+function importGraph(
+  files: ReadonlyMap<string, string>,
+  nodeOf: (path: string) => string,
+): Map<string, string[]> {
+  const edges = new Map<string, Set<string>>();
   for (const [path, source] of files) {
-    const targets = importsOf(path, source).map(({ specifier }) => resolveImport(path, specifier))
-      .filter((t): t is string => t !== undefined && files.has(t));
-    edges.set(path, [...new Set(targets)]);
+    const from = nodeOf(path);
+    const targets = edges.get(from) ?? edges.set(from, new Set()).get(from)!;
+    for (const { specifier } of importsOf(path, source)) {
+      const target = resolveImport(path, specifier);
+      if (target === undefined || !files.has(target)) continue;
+      if (nodeOf(target) !== from || target === path) targets.add(nodeOf(target));
+    }
   }
+  return new Map([...edges].map(([node, targets]) => [node, [...targets]]));
+}
+
+/** The circles of a graph (node → the nodes it points to), each "a → b → … → a", sorted. */
+function circlesOf(edges: ReadonlyMap<string, readonly string[]>): string[] {
   // Tarjan's strongly connected components.
   let next = 0;
   const index = new Map<string, number>();
@@ -336,7 +357,7 @@ function importCircles(files: ReadonlyMap<string, string>): string[] {
     } while (w !== v);
     if (component.length > 1 || edges.get(v)!.includes(v)) circles.push(circleThrough(component, edges));
   };
-  for (const v of [...files.keys()].sort()) if (!index.has(v)) visit(v);
+  for (const v of [...edges.keys()].sort()) if (!index.has(v)) visit(v);
   return circles.sort();
 }
 
@@ -430,28 +451,7 @@ function folderOf(path: string): string {
 
 /** The circles among folders — files of one folder importing another's, round — type imports included. */
 function folderCircles(files: ReadonlyMap<string, string>): string[] {
-  const edges = new Map<string, Set<string>>();
-  for (const [path, source] of files) {
-    const from = folderOf(path);
-    if (!edges.has(from)) edges.set(from, new Set());
-    for (const { specifier } of importsOf(path, source)) {
-      const target = resolveImport(path, specifier);
-      if (target !== undefined && files.has(target) && folderOf(target) !== from) {
-        edges.get(from)!.add(folderOf(target));
-      }
-    }
-  }
-  // Each folder as one module importing the folders it depends on, through the module-level check.
-  const name = (folder: string) => `folders/${encodeURIComponent(folder)}.ts`;
-  const modules = new Map(
-    [...edges].map(([folder, targets]) => [
-      name(folder),
-      [...targets].map((t) => `import "./${encodeURIComponent(t)}.ts";`).join("\n"),
-    ]),
-  );
-  return importCircles(modules).map((circle) =>
-    circle.split(" → ").map((m) => decodeURIComponent(m.slice("folders/".length, -".ts".length))).join(" → ")
-  );
+  return circlesOf(importGraph(files, folderOf));
 }
 
 Deno.test("no import circle among the folders either: each concept folder is a layer", async () => {

@@ -115,23 +115,31 @@ Deno.test("a streamed chat: role first, one chunk per token, finish reason last,
   });
 });
 
-/** Wall ms from the send to each streamed token of a 600-word prompt asking for 10 tokens. */
-async function tokenTimes(url: string): Promise<number[]> {
+/** The wall time (`performance.now()`) of the send of a streamed completion `body`, and of each token it streams. */
+async function streamedTokens(
+  url: string,
+  body: Record<string, unknown>,
+): Promise<{ sent: number; times: number[] }> {
   const sent = performance.now();
   const response = await post(url, "/v1/completions", {
     model: "sim",
-    prompt: words(600, "t"),
-    max_tokens: 10,
     ignore_eos: true,
     stream: true,
+    ...body,
   });
   const times: number[] = [];
   for await (const data of readSseData(response.body!)) {
     if (data !== "[DONE]" && CompletionChunk.parse(JSON.parse(data)).choices[0]?.text) {
-      times.push(performance.now() - sent);
+      times.push(performance.now());
     }
   }
-  return times;
+  return { sent, times };
+}
+
+/** Wall ms from the send to each streamed token of a 600-word prompt asking for 10 tokens. */
+async function tokenTimes(url: string): Promise<number[]> {
+  const { sent, times } = await streamedTokens(url, { prompt: words(600, "t"), max_tokens: 10 });
+  return times.map((t) => t - sent);
 }
 
 Deno.test("streamed tokens keep simulated time: first token at the engine's 21 ms, then one per step", async () => {
@@ -380,22 +388,9 @@ Deno.test("batching tokens are paced one decode step apart, not bunched at the e
   const speed = 0.25, stepWallMs = 5.1 / speed;
   await withFleet(speed, async (fleet) => {
     // A 2,000-token prompt prefills over eight steps; its tokens then come a 5.1 ms decode step apart.
-    const { result: times, pauses } = await pausesDuring(async () => {
-      const response = await post(fleet.urls[0], "/v1/completions", {
-        model: "sim",
-        prompt: words(2000, "s"),
-        max_tokens: 30,
-        ignore_eos: true,
-        stream: true,
-      });
-      const times: number[] = [];
-      for await (const data of readSseData(response.body!)) {
-        if (data !== "[DONE]" && CompletionChunk.parse(JSON.parse(data)).choices[0]?.text) {
-          times.push(performance.now());
-        }
-      }
-      return times;
-    });
+    const { result: times, pauses } = await pausesDuring(async () =>
+      (await streamedTokens(fleet.urls[0], { prompt: words(2000, "s"), max_tokens: 30 })).times
+    );
     assertEquals(times.length, 30);
     const gaps = times.slice(1).map((t, i) => t - times[i]);
     const sorted = [...gaps].sort((a, b) => a - b);
